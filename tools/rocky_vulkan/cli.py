@@ -1,0 +1,42 @@
+"""The `rocky-vulkan` command line: one sub-command per module, each with `register(sub)`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import UserError
+
+# Each module named here has `register(subparsers)`, which adds its parser and sets `func`.
+COMMAND_MODULES = (
+    "rocky_vulkan.render",
+    "rocky_vulkan.lint",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rocky-vulkan", description=__doc__)
+    parser.add_argument(
+        "-c",
+        "--config",
+        default="rocky-vulkan.yaml",
+        help="the project config (default: %(default)s)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(f"rocky-vulkan: error: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
