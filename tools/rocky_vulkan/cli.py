@@ -12,7 +12,6 @@ from .errors import UserError
 COMMAND_MODULES = (
     "rocky_vulkan.render",
     "rocky_vulkan.lint",
-
 )
 
 

@@ -79,12 +79,21 @@ def check_oelint(cfg: Config) -> CheckResult:
     with tempfile.TemporaryDirectory() as tmp:
         consts = Path(tmp, "constants.json")
         consts.write_text(json.dumps(_oelint_constants(cfg)))
-        cmd = [exe, "--release", cfg.release, "--quiet", "--relpaths", "--jobs", "1",
-               f"--constantmods=+{consts}"]
+        cmd = [
+            exe,
+            "--release",
+            cfg.release,
+            "--quiet",
+            "--relpaths",
+            "--jobs",
+            "1",
+            f"--constantmods=+{consts}",
+        ]
         for rule in OELINT_SUPPRESSIONS:
             cmd += ["--suppress", rule]
-        proc = subprocess.run(cmd + [str(f) for f in files], capture_output=True, text=True,
-                              cwd=cfg.root)
+        proc = subprocess.run(
+            cmd + [str(f) for f in files], capture_output=True, text=True, cwd=cfg.root
+        )
     output = (proc.stdout + proc.stderr).strip()
     if proc.returncode == 0 and not output:
         return result
@@ -140,10 +149,16 @@ def check_kas(cfg: Config) -> CheckResult:
 def patch_problems(text: str) -> list[str]:
     """What keeps a patch from being mergeable upstream and acceptable to OE."""
     problems = []
-    if not re.search(r"^From [0-9a-f]{40} ", text, re.M) or not re.search(r"^Subject: ", text, re.M):
+    if not re.search(r"^From [0-9a-f]{40} ", text, re.M) or not re.search(
+        r"^Subject: ", text, re.M
+    ):
         problems.append("not in `git format-patch` form (From <sha>/Subject: header missing)")
-    if not re.search(r"^Upstream-Status: (Pending|Submitted \[.+\]|Backport \[.+\]|"
-                     r"Denied|Inappropriate \[.+\]|Inactive-Upstream)", text, re.M):
+    if not re.search(
+        r"^Upstream-Status: (Pending|Submitted \[.+\]|Backport \[.+\]|"
+        r"Denied|Inappropriate \[.+\]|Inactive-Upstream)",
+        text,
+        re.M,
+    ):
         problems.append("no valid `Upstream-Status:` line")
     if not re.search(r"^Signed-off-by: .+ <.+@.+>", text, re.M):
         problems.append("no `Signed-off-by:` line")

@@ -53,7 +53,11 @@ def _templated_files(cfg: Config) -> list[tuple[str, str, dict]]:
             f"{LAYER_DIR}/recipes-kernel/linux/linux-yocto_%.bbappend",
             {},
         ),
-        ("layer/rocky-panthor.cfg.j2", f"{LAYER_DIR}/recipes-kernel/linux/files/rocky-panthor.cfg", {}),
+        (
+            "layer/rocky-panthor.cfg.j2",
+            f"{LAYER_DIR}/recipes-kernel/linux/files/rocky-panthor.cfg",
+            {},
+        ),
         (
             "layer/mesa-version.inc.j2",
             f"{LAYER_DIR}/recipes-graphics/mesa/rocky-mesa-version.inc",
@@ -91,7 +95,9 @@ def _templated_files(cfg: Config) -> list[tuple[str, str, dict]]:
     ]
     for machine in cfg.machines:
         context = {"machine": machine}
-        files.append(("layer/machine.conf.j2", f"{LAYER_DIR}/conf/machine/{machine.name}.conf", context))
+        files.append(
+            ("layer/machine.conf.j2", f"{LAYER_DIR}/conf/machine/{machine.name}.conf", context)
+        )
         files.append(("kas/machine.yml.j2", f"{KAS_DIR}/{machine.name}.yml", context))
     return files
 
@@ -110,8 +116,13 @@ def render_files(cfg: Config) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     for template, path, extra in _templated_files(cfg):
         header = "# " + HEADER_TEXT
-        context = {"cfg": cfg, "header": header, "header_text": HEADER_TEXT,
-                   "kas_version": KAS_FORMAT_VERSION, **extra}
+        context = {
+            "cfg": cfg,
+            "header": header,
+            "header_text": HEADER_TEXT,
+            "kas_version": KAS_FORMAT_VERSION,
+            **extra,
+        }
         text = env.get_template(template).render(context)
         out[path] = text.encode("utf-8")
     for source, path in _copied_files(cfg):
