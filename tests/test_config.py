@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import ConfigError, load_config
 

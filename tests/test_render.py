@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from rocky_vulkan import render as render_mod
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import load_config
