@@ -91,6 +91,7 @@ def _templated_files(cfg: Config) -> list[tuple[str, str, dict]]:
         ("kas/base.yml.j2", f"{KAS_DIR}/base.yml", {}),
         ("kas/base.lock.yml.j2", f"{KAS_DIR}/base.lock.yml", {}),
         ("kas/debug.yml.j2", f"{KAS_DIR}/debug.yml", {}),
+        ("kas/offline.yml.j2", f"{KAS_DIR}/offline.yml", {}),
         ("kas/sstate-mirror.yml.j2", f"{KAS_DIR}/sstate-mirror.yml", {}),
     ]
     for machine in cfg.machines:
