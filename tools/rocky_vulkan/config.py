@@ -82,6 +82,7 @@ class Selftest:
     ratio_tolerance: float
     match_tokens: int
     run_timeout_s: int
+    deadline_s: int
     reference: Reference
 
 
@@ -237,6 +238,7 @@ def _build(data: dict[str, Any], source: Path) -> Config:
             ratio_tolerance=float(st["ratio_tolerance"]),
             match_tokens=st["match_tokens"],
             run_timeout_s=st["run_timeout_s"],
+            deadline_s=st["deadline_s"],
             reference=Reference(**{k: float(v) for k, v in st["reference"].items()}),
         ),
         image=Image(

@@ -15,6 +15,8 @@ IMAGE_INSTALL += "\
     vulkan-tools \
     llama-cpp \
     llama-cpp-tests \
+    rocky-selftest \
+    rocky-model \
 "
 
 IMAGE_FSTYPES = "wic.gz wic.bmap"

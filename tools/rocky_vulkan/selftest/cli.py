@@ -137,6 +137,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             update_motd(s.motd_path, lines)
         except OSError as err:
             _say(f"rocky-selftest: cannot update {s.motd_path}: {err}")
+    if args.console:
+        # Only the short verdict goes to the serial console; the details are in the journal.
+        try:
+            with open(args.console, "w", encoding="utf-8") as console:
+                console.write("\n".join(lines) + "\n")
+        except OSError as err:
+            _say(f"rocky-selftest: cannot write to {args.console}: {err}")
     _say(f"rocky-selftest: wrote {path}")
     return 0 if doc["verdict"] == PASS else EXIT_FAIL
 
@@ -161,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run every check and write the result (exit 0 = all pass)")
     run.add_argument("--stamp", help="write this stamp file before starting (first-boot unit)")
+    run.add_argument("--console", help="also write the short verdict here, e.g. /dev/console")
     status = sub.add_parser("status", help="print the last result's verdict")
     for p in (run, status):
         p.add_argument("--sysroot", help="root for sysfs/dev/firmware checks (tests)")

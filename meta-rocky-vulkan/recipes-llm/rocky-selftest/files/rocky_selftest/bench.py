@@ -1,0 +1,176 @@
+"""llama-bench runs: the ub sweep and the tuned / stock / CPU ratio, one process per run."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from .checks import Check, failed, passed
+from .runner import run_tool
+from .settings import Settings
+
+MODES = ("tuned", "stock", "cpu")
+
+
+class Deadline:
+    """The run's overall time budget: each tool gets min(run timeout, time left)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+
+def bench_command(s: Settings, mode: str, ubatch: int | None) -> tuple[list[str], dict[str, str]]:
+    """The llama-bench command line and extra environment for one run in `mode`."""
+    cmd = [s.tool("llama-bench"), "-m", s.model_path, "-p", str(s.prompt_tokens), "-n", "0"]
+    if mode == "cpu":
+        cmd += ["-ngl", "0", "-dev", "none"]  # -ngl 0 alone still offloads big batches
+    else:
+        # Naming the device makes a missing GPU exit 1 instead of silently using the CPU.
+        cmd += ["-ngl", "99", "-dev", s.gpu_device]
+    if ubatch is not None:
+        cmd += ["-ub", str(ubatch)]
+    cmd += ["-r", "1", "-o", "json"]
+    env = {"GGML_NO_BACKTRACE": "1", **s.env}  # a backtrace attaches gdb and can hang
+    if mode == "stock":
+        env.update(s.stock_env)
+    else:
+        for key in s.stock_env:
+            env.pop(key, None)
+    return cmd, env
+
+
+def parse_bench_json(stdout: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The first test entry of llama-bench's JSON, or why there is none."""
+    try:
+        data = json.loads(stdout)
+    except ValueError:
+        snippet = stdout.strip()[:60]
+        return None, f"invalid JSON on stdout ({len(stdout)} bytes: {snippet!r})"
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+        return None, "JSON holds no test entry"
+    entry = data[0]
+    if not isinstance(entry.get("avg_ts"), (int, float)):
+        return None, "JSON entry has no avg_ts"
+    return entry, None
+
+
+def device_problem(s: Settings, mode: str, entry: dict[str, Any]) -> str | None:
+    """Did the run use what `mode` asks for? `backends` lists compiled-in backends: ignore it."""
+    devices = str(entry.get("devices", ""))
+    gpu_info = str(entry.get("gpu_info", ""))
+    if mode == "cpu":
+        if devices and devices != "none":
+            return f"CPU run used devices {devices!r}"
+        return None
+    if int(entry.get("n_gpu_layers", 0) or 0) <= 0:
+        return "no layers offloaded (n_gpu_layers 0)"
+    if devices and devices != s.gpu_device:
+        return f"ran on devices {devices!r}, not {s.gpu_device}"
+    if s.gpu_name not in gpu_info:
+        return f"gpu_info {gpu_info!r} does not name {s.gpu_name}"
+    return None
+
+
+def run_bench(s: Settings, mode: str, ubatch: int | None, deadline: Deadline) -> dict[str, Any]:
+    """One llama-bench run, recorded whatever happens to it."""
+    cmd, env = bench_command(s, mode, ubatch)
+    record: dict[str, Any] = {"mode": mode, "ubatch": ubatch, "cmd": cmd}
+    left = deadline.left()
+    if left <= 1:
+        record.update(status="FAIL", reason="not run: the self-test's deadline passed")
+        return record
+    res = run_tool(cmd, env, min(s.run_timeout_s, left))
+    record.update(exit_code=res.returncode, elapsed_s=res.elapsed_s)
+    reason = res.failure()
+    entry = None
+    if reason is None:
+        entry, reason = parse_bench_json(res.stdout)
+    if entry is not None:
+        record.update(
+            avg_ts=float(entry["avg_ts"]),
+            samples_ts=[float(x) for x in entry.get("samples_ts", [])],
+            n_ubatch=entry.get("n_ubatch"),
+            n_threads=entry.get("n_threads"),
+            gpu_info=entry.get("gpu_info"),
+            devices=entry.get("devices"),
+            build_commit=entry.get("build_commit"),
+            build_number=entry.get("build_number"),
+        )
+        reason = device_problem(s, mode, entry)
+    if reason:
+        record.update(status="FAIL", reason=reason, stderr_tail=res.stderr_tail())
+    else:
+        record["status"] = "PASS"
+    return record
+
+
+def sweep(s: Settings, deadline: Deadline, log=print) -> tuple[Check, list[dict[str, Any]]]:
+    """Every ub in every sweep mode, interleaved per ub; a crash is recorded, the sweep goes on."""
+    runs = []
+    for ub in s.ubatch_sizes:
+        for mode in s.sweep_modes:
+            rec = run_bench(s, mode, ub, deadline)
+            log(_line(rec))
+            runs.append(rec)
+    bad = [r for r in runs if r["status"] != "PASS"]
+    if bad:
+        first = bad[0]
+        text = f"{len(bad)}/{len(runs)} runs failed; first: {first['mode']} ub {first['ubatch']}: "
+        return failed("sweep", text + first["reason"]), runs
+    ubs = ",".join(map(str, s.ubatch_sizes))
+    modes = "/".join(s.sweep_modes)
+    return passed("sweep", f"{len(runs)} runs, ub {ubs}, modes {modes}: no crash"), runs
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _line(rec: dict[str, Any]) -> str:
+    ub = f"ub {rec['ubatch']}" if rec["ubatch"] else "default ub"
+    if rec["status"] == "PASS":
+        return f"  {rec['mode']:5} {ub:>8}: {rec['avg_ts']:.2f} t/s"
+    return f"  {rec['mode']:5} {ub:>8}: FAIL {rec['reason']}"
+
+
+def ratio_verdict(s: Settings, tuned: float, stock: float, cpu: float) -> tuple[bool, str]:
+    need = stock * s.tuned_vs_stock_ratio * (1 - s.ratio_tolerance)
+    ok = tuned >= need and tuned > cpu
+    ratio = tuned / stock if stock else float("inf")
+    text = (
+        f"tuned {tuned:.2f} t/s = {ratio:.2f}x stock {stock:.2f} (need >= {need:.2f} t/s: "
+        f"{s.tuned_vs_stock_ratio}x -{s.ratio_tolerance:.0%}), CPU {cpu:.2f} t/s"
+    )
+    return ok, text
+
+
+def ratio(s: Settings, deadline: Deadline, log=print) -> tuple[Check, dict[str, Any]]:
+    """pp at the default ub, tuned/stock/CPU interleaved per repeat so drift hits all alike."""
+    runs = []
+    for rep in range(s.repetitions):
+        for mode in MODES:
+            rec = run_bench(s, mode, None, deadline)
+            rec["repeat"] = rep
+            log(_line(rec))
+            runs.append(rec)
+    bad = [r for r in runs if r["status"] != "PASS"]
+    doc: dict[str, Any] = {"runs": runs, "prompt_tokens": s.prompt_tokens}
+    if bad:
+        first = bad[0]
+        return failed("ratio", f"{first['mode']} run failed: {first['reason']}"), doc
+    tps = {m: _median([r["avg_ts"] for r in runs if r["mode"] == m]) for m in MODES}
+    ok, text = ratio_verdict(s, tps["tuned"], tps["stock"], tps["cpu"])
+    doc.update(
+        tuned_tps=tps["tuned"],
+        stock_tps=tps["stock"],
+        cpu_tps=tps["cpu"],
+        ratio=tps["tuned"] / tps["stock"] if tps["stock"] else None,
+        required_ratio=s.tuned_vs_stock_ratio * (1 - s.ratio_tolerance),
+    )
+    return (passed if ok else failed)("ratio", text), doc

@@ -1,0 +1,99 @@
+"""Greedy output, GPU vs CPU, with llama-simple (llama-completion sometimes loses its output)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .bench import Deadline
+from .checks import Check, failed, passed
+from .runner import run_tool
+from .settings import Settings
+
+# Fixed and long enough to be well over 64 tokens, so the prompt is one big batch and takes
+# the GPU's matmul path (short batches go through other shaders).
+PROMPT = (
+    "The Rockchip RK3588 is a system on chip with four Cortex-A76 cores, four Cortex-A55 cores "
+    "and a Mali-G610 MC4 graphics processor. On a fully open software stack the GPU is driven by "
+    "the panthor kernel driver and the panvk Vulkan driver from Mesa, and llama.cpp reaches it "
+    "through its Vulkan backend. Prompt processing multiplies large matrices, which suits the "
+    "GPU, while token generation is limited by memory bandwidth. Write a short technical summary "
+    "of why matrix tile sizes matter for prompt processing on this GPU, and"
+)
+DECODED = re.compile(r"decoded (\d+) tokens")
+PROMPT_TOKENS = re.compile(r"prompt eval time\s*=.*?/\s*(\d+) tokens")
+OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+
+
+def _int(pattern: re.Pattern[str], text: str) -> int | None:
+    m = pattern.search(text)
+    return int(m.group(1)) if m else None
+
+
+def _generate(s: Settings, gpu: bool, deadline: Deadline) -> dict[str, Any]:
+    cmd = [s.tool("llama-simple"), "-m", s.model_path, "-n", str(s.match_tokens)]
+    cmd += ["-ngl", "99" if gpu else "0", PROMPT]
+    env = {"GGML_NO_BACKTRACE": "1", **s.env}
+    for key in s.stock_env:
+        env.pop(key, None)
+    if not gpu:
+        # An empty device list hides every Vulkan device: -ngl 0 alone still offloads big batches.
+        env["GGML_VK_VISIBLE_DEVICES"] = ""
+    rec: dict[str, Any] = {"device": "gpu" if gpu else "cpu", "cmd": cmd[:-1] + ["PROMPT"]}
+    left = deadline.left()
+    if left <= 1:
+        rec["reason"] = "not run: the self-test's deadline passed"
+        return rec
+    res = run_tool(cmd, env, min(s.run_timeout_s, left))
+    off = OFFLOADED.search(res.stderr)
+    rec.update(
+        exit_code=res.returncode,
+        elapsed_s=res.elapsed_s,
+        text=res.stdout,
+        decoded=_int(DECODED, res.stderr),
+        prompt_tokens=_int(PROMPT_TOKENS, res.stderr),
+        offloaded=f"{off.group(1)}/{off.group(2)}" if off else None,
+    )
+    reason = res.failure()
+    if reason is None and rec["decoded"] is None:
+        reason = "no 'decoded N tokens' line: the run did not finish generating"
+    if reason is None and gpu and (not off or int(off.group(1)) == 0):
+        reason = "GPU run offloaded no layers to the GPU"
+    if reason is None and gpu and not _uses_gpu(res.stderr, s.gpu_name):
+        reason = f"GPU run did not report using a {s.gpu_name} device"
+    if reason is None and not gpu and _uses_gpu(res.stderr, ""):
+        reason = "CPU run reported using a GPU device"
+    if reason:
+        rec.update(reason=reason, stderr_tail=res.stderr_tail())
+    return rec
+
+
+def _uses_gpu(stderr: str, name: str) -> bool:
+    return any("using device" in line and name in line for line in stderr.splitlines())
+
+
+def output_match(s: Settings, deadline: Deadline, log=print) -> tuple[Check, dict[str, Any]]:
+    gpu = _generate(s, True, deadline)
+    cpu = _generate(s, False, deadline)
+    doc = {"gpu": gpu, "cpu": cpu, "match_tokens": s.match_tokens}
+    for rec in (gpu, cpu):
+        if "reason" in rec:
+            return failed("output_match", f"{rec['device']} run: {rec['reason']}"), doc
+    n_prompt = gpu.get("prompt_tokens")
+    if n_prompt is not None and n_prompt <= 64:
+        return failed("output_match", f"prompt is only {n_prompt} tokens; need more than 64"), doc
+    a, b = gpu["text"], cpu["text"]
+    if gpu["decoded"] != cpu["decoded"] or a != b:
+        pairs = enumerate(zip(a, b, strict=False))
+        at = next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
+        doc["first_difference_at"] = at
+        text = (
+            f"GPU and CPU differ at character {at} (decoded {gpu['decoded']} vs {cpu['decoded']} "
+            f"tokens): GPU {a[at : at + 30]!r} vs CPU {b[at : at + 30]!r}"
+        )
+        return failed("output_match", text), doc
+    short = "" if gpu["decoded"] >= s.match_tokens else " (both stopped at end of text)"
+    n = gpu["decoded"]
+    text = f"first {n} greedy tokens identical on GPU and CPU{short}, prompt {n_prompt} tokens"
+    log(f"  output match: {text}")
+    return passed("output_match", text), doc

@@ -1,0 +1,85 @@
+"""Run one tool in its own process group with a timeout, and name how it failed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+OOM_MARKER = "ErrorOutOfDeviceMemory"
+TAIL_LINES = 25
+TAIL_CHARS = 3000
+
+
+@dataclass
+class RunResult:
+    cmd: list[str]
+    returncode: int | None
+    timed_out: bool
+    elapsed_s: float
+    stdout: str
+    stderr: str
+    error: str | None = None  # the tool could not be started at all
+
+    def failure(self) -> str | None:
+        """Why the run counts as a crash, or None when it ended cleanly."""
+        if self.error:
+            return self.error
+        reasons = []
+        if self.timed_out:
+            reasons.append(f"timed out after {self.elapsed_s:.0f} s (killed)")
+        elif self.returncode is not None and self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            reasons.append(f"killed by {name}")
+        elif self.returncode == 134:
+            reasons.append("aborted (exit 134, SIGABRT: uncaught exception)")
+        elif self.returncode:
+            reasons.append(f"exit status {self.returncode}")
+        if OOM_MARKER in self.stderr:
+            reasons.append(f"{OOM_MARKER} in stderr")
+        return "; ".join(reasons) or None
+
+    def stderr_tail(self) -> str:
+        tail = "\n".join(self.stderr.rstrip().splitlines()[-TAIL_LINES:])
+        return tail[-TAIL_CHARS:]
+
+
+def run_tool(cmd: list[str], env_extra: dict[str, str], timeout_s: float) -> RunResult:
+    """Run `cmd` with the environment plus `env_extra`; kill its whole group on timeout."""
+    env = dict(os.environ)
+    env.update(env_extra)
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # own group: a timeout kills helpers it spawned too
+        )
+    except OSError as err:
+        return RunResult(cmd, None, False, 0.0, "", "", error=f"cannot start {cmd[0]}: {err}")
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=max(timeout_s, 1))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+    return RunResult(
+        cmd=cmd,
+        returncode=proc.returncode,
+        timed_out=timed_out,
+        elapsed_s=round(time.monotonic() - start, 3),
+        stdout=out.decode("utf-8", "replace"),
+        stderr=err.decode("utf-8", "replace"),
+    )
