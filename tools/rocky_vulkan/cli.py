@@ -13,6 +13,8 @@ COMMAND_MODULES = (
     "rocky_vulkan.render",
     "rocky_vulkan.lint",
     "rocky_vulkan.testmodel",
+    "rocky_vulkan.model",
+    "rocky_vulkan.report",
 )
 
 
