@@ -18,6 +18,8 @@ from .config import load_config
 from .errors import UserError
 
 CHUNK = 1 << 20
+# Small network reads: what arrived before a connection dies is on disk for the resume.
+NET_CHUNK = 64 << 10
 DEFAULT_DEST = "build/models"
 # Statuses that will not change by asking again.
 PERMANENT = {400, 401, 403, 404, 410}
@@ -82,7 +84,7 @@ def _attempt(session: requests.Session, url: str, part: Path, timeout: tuple[flo
         total = offset + int(length) if length and length.isdigit() else None
         bar.update(bar.task_ids[0], total=total, completed=offset)
         with open(part, mode) as fh:
-            for chunk in resp.iter_content(CHUNK):
+            for chunk in resp.iter_content(NET_CHUNK):
                 fh.write(chunk)
                 bar.advance(bar.task_ids[0], len(chunk))
         size = part.stat().st_size
