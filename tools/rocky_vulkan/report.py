@@ -33,7 +33,8 @@ def load_result(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
-        hint = " (the file looks truncated: copy it again)" if err.pos >= len(text.rstrip()) else ""
+        cut = not text.rstrip().endswith("}")
+        hint = " (the file does not end with '}': truncated? copy it again)" if cut else ""
         raise ResultError(
             f"{path}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}{hint}"
         ) from None
@@ -181,7 +182,8 @@ def plot(doc: dict[str, Any], ref: Reference, out: Path) -> Path:
     host = doc.get("host", {}).get("hostname", "board")
     ax.set_title(f"rocky-selftest on {host}: {doc['verdict']}")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)

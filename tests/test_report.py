@@ -1,0 +1,132 @@
+"""`rocky-vulkan report`: table rows, the PNG, the verdict, and clear errors for bad files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rocky_vulkan.cli import main
+from rocky_vulkan.config import load_config
+from rocky_vulkan.errors import UserError
+from rocky_vulkan.report import load_result, plot, sweep_series, table_rows
+from rocky_vulkan.selftest.cli import run_selftest
+from rocky_vulkan.selftest.settings import Settings
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.timeout(120)
+
+REF = load_config(ROOT / "rocky-vulkan.yaml").selftest.reference
+
+
+def _doc(crash_at: int | None = 1024) -> dict:
+    """A result shaped like the self-test writes it; the numbers are test inputs, not results."""
+    tps = {"tuned": 28.0, "stock": 5.8, "cpu": 22.0}
+    sweep = []
+    for ub in (64, 128, 256, 512, 1024):
+        for mode, value in tps.items():
+            if mode == "stock" and ub == crash_at:
+                sweep.append(
+                    {
+                        "mode": mode,
+                        "ubatch": ub,
+                        "status": "FAIL",
+                        "reason": "killed by SIGABRT; ErrorOutOfDeviceMemory in stderr",
+                    }
+                )
+            else:
+                sweep.append({"mode": mode, "ubatch": ub, "status": "PASS",
+                              "avg_ts": value * (1 - 64 / (ub + 640))})  # fmt: skip
+    ok = crash_at is None
+    checks = [
+        {"name": "sweep", "status": "PASS" if ok else "FAIL", "evidence": "..."},
+        {"name": "ratio", "status": "PASS", "evidence": "tuned 28.00 = 4.83x stock"},
+        {"name": "output_match", "status": "PASS", "evidence": "first 32 tokens identical"},
+    ]
+    return {
+        "schema": "rocky-selftest-result", "schema_version": 1,
+        "verdict": "PASS" if ok else "FAIL", "finished_at": "2026-12-02T15:00:00Z",
+        "host": {"hostname": "rock-5-itx"}, "sweep": sweep, "checks": checks,
+        "ratio": {"prompt_tokens": 512, "tuned_tps": 28.0, "stock_tps": 5.8, "cpu_tps": 22.0,
+                  "ratio": 28.0 / 5.8, "required_ratio": 4.08},
+    }  # fmt: skip
+
+
+def _write(tmp_path: Path, doc) -> Path:
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(doc) if not isinstance(doc, str) else doc)
+    return path
+
+
+def test_rows_put_board_numbers_beside_the_reference():
+    rows = {r[0]: r for r in table_rows(_doc(), REF)}
+    assert rows["crash-free ub sweep"][1].startswith("14/15 runs ok")
+    assert rows["crash-free ub sweep"][3] == "FAIL"
+    assert rows["pp512 GPU tuned tiles"][1:3] == ("28.00 t/s", f"{REF.tuned_tps:.2f} t/s")
+    assert rows["pp512 GPU stock tiles"][1:3] == ("5.80 t/s", f"{REF.stock_tps:.2f} t/s")
+    assert rows["tuned / stock"][1] == "4.83x"
+    assert rows["tuned / stock"][2].startswith(f"{REF.tuned_tps / REF.stock_tps:.2f}x")
+
+
+def test_series_mark_the_crash_as_missing():
+    series = sweep_series(_doc())
+    assert [u for u, _, _ in series["stock"]] == [64, 128, 256, 512, 1024]
+    assert series["stock"][-1][1] is None and "ErrorOutOfDeviceMemory" in series["stock"][-1][2]
+    assert all(t is not None for _, t, _ in series["tuned"])
+
+
+def test_plot_is_a_png(tmp_path):
+    out = plot(_doc(), REF, tmp_path / "plot.png")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+@pytest.mark.parametrize(("crash", "rc", "word"), [(None, 0, "PASS"), (1024, 1, "FAIL")])
+def test_cli_verdict_and_exit_code(tmp_path, capsys, crash, rc, word):
+    path = _write(tmp_path, _doc(crash))
+    cfg = str(ROOT / "rocky-vulkan.yaml")
+    assert main(["--config", cfg, "report", str(path)]) == rc
+    out = capsys.readouterr().out
+    assert f"VERDICT: {word}" in out
+    assert (tmp_path / "result.png").is_file()
+
+
+def test_truncated_result_is_a_clear_error(tmp_path):
+    text = json.dumps(_doc(), indent=2)
+    path = _write(tmp_path, text[: len(text) // 2])
+    with pytest.raises(UserError, match=r"not valid JSON at line \d+ .*truncated"):
+        load_result(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "not valid JSON"),
+        ('{"schema": "something-else"}', "not a rocky-selftest result"),
+        ('{"schema": "rocky-selftest-result", "schema_version": 9}', "schema_version 9"),
+        ('{"schema": "rocky-selftest-result", "schema_version": 1}', "has no 'verdict'"),
+    ],
+)
+def test_bad_results_are_clear_errors(tmp_path, content, message):
+    with pytest.raises(UserError, match=message):
+        load_result(_write(tmp_path, content))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(UserError, match="copy /var/lib/rocky-selftest/result.json"):
+        load_result(tmp_path / "nope.json")
+
+
+def test_report_reads_what_the_self_test_writes(tmp_path):
+    # A real (failing: nothing to run) self-test document goes through the report unchanged.
+    s = Settings(
+        model_path=str(tmp_path / "missing.gguf"), model_sha256=None, ubatch_sizes=(64,),
+        sysroot=str(tmp_path), gpu_wait_s=0, vulkaninfo=str(tmp_path / "none"),
+    )  # fmt: skip
+    doc = run_selftest(s)
+    path = _write(tmp_path, doc)
+    loaded = load_result(path)
+    rows = {r[0]: r for r in table_rows(loaded, REF)}
+    assert rows["crash-free ub sweep"][1] == "not run"
+    plot(loaded, REF, tmp_path / "p.png")
