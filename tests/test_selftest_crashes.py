@@ -164,3 +164,26 @@ def test_crash_at_one_ub_real_runs_at_the_others(tmp_path, monkeypatch, tiny_mod
         assert by_ub[ub]["status"] == "PASS", by_ub[ub]
         assert by_ub[ub]["avg_ts"] > 0 and by_ub[ub]["n_ubatch"] == ub
     assert check.status == "FAIL"
+
+
+def test_modes_get_the_right_switches_even_with_a_stale_shell_variable(tmp_path, monkeypatch):
+    # The wrapper logs what it was given, then crashes: no llama-bench needed to see the switches.
+    monkeypatch.setenv("GGML_VK_MALI_WARPTILE", "0")  # left over in the caller's environment
+    log = tmp_path / "calls.log"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "llama-bench"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "${{GGML_VK_MALI_WARPTILE-unset}} $GGML_NO_BACKTRACE $*" >> {log}\n'
+        "kill -SEGV $$\n"
+    )
+    script.chmod(0o755)
+    s = Settings(model_path="/m.gguf", model_sha256=None, ubatch_sizes=(128,),
+                 bin_dir=str(bin_dir), run_timeout_s=5)  # fmt: skip
+    sweep(s, Deadline(60), log=lambda _: None)
+    tuned, stock, cpu = log.read_text().splitlines()
+    assert tuned.startswith("unset 1 ") and "-ngl 99 -dev Vulkan0 -ub 128" in tuned
+    assert stock.startswith("0 1 ") and "-dev Vulkan0" in stock
+    assert "-ngl 0 -dev none -ub 128" in cpu
+    assert all("-p 512 -n 0" in line and line.endswith("-r 1 -o json") for line in (tuned, cpu))

@@ -23,7 +23,9 @@ class Deadline:
         return self.end - time.monotonic()
 
 
-def bench_command(s: Settings, mode: str, ubatch: int | None) -> tuple[list[str], dict[str, str]]:
+def bench_command(
+    s: Settings, mode: str, ubatch: int | None
+) -> tuple[list[str], dict[str, str | None]]:
     """The llama-bench command line and extra environment for one run in `mode`."""
     cmd = [s.tool("llama-bench"), "-m", s.model_path, "-p", str(s.prompt_tokens), "-n", "0"]
     if mode == "cpu":
@@ -34,12 +36,11 @@ def bench_command(s: Settings, mode: str, ubatch: int | None) -> tuple[list[str]
     if ubatch is not None:
         cmd += ["-ub", str(ubatch)]
     cmd += ["-r", "1", "-o", "json"]
-    env = {"GGML_NO_BACKTRACE": "1", **s.env}  # a backtrace attaches gdb and can hang
+    env: dict[str, str | None] = {"GGML_NO_BACKTRACE": "1", **s.env}  # gdb attach can hang
     if mode == "stock":
         env.update(s.stock_env)
     else:
-        for key in s.stock_env:
-            env.pop(key, None)
+        env.update({key: None for key in s.stock_env})  # tuned is the patched default
     return cmd, env
 
 

@@ -49,10 +49,15 @@ class RunResult:
         return tail[-TAIL_CHARS:]
 
 
-def run_tool(cmd: list[str], env_extra: dict[str, str], timeout_s: float) -> RunResult:
-    """Run `cmd` with the environment plus `env_extra`; kill its whole group on timeout."""
+def run_tool(cmd: list[str], env_extra: dict[str, str | None], timeout_s: float) -> RunResult:
+    """Run `cmd` with the environment plus `env_extra` (None unsets a variable); kill its whole
+    process group on timeout."""
     env = dict(os.environ)
-    env.update(env_extra)
+    for key, value in env_extra.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     start = time.monotonic()
     try:
         proc = subprocess.Popen(

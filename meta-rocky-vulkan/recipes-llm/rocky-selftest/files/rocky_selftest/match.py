@@ -33,9 +33,8 @@ def _int(pattern: re.Pattern[str], text: str) -> int | None:
 def _generate(s: Settings, gpu: bool, deadline: Deadline) -> dict[str, Any]:
     cmd = [s.tool("llama-simple"), "-m", s.model_path, "-n", str(s.match_tokens)]
     cmd += ["-ngl", "99" if gpu else "0", PROMPT]
-    env = {"GGML_NO_BACKTRACE": "1", **s.env}
-    for key in s.stock_env:
-        env.pop(key, None)
+    env: dict[str, str | None] = {"GGML_NO_BACKTRACE": "1", **s.env}
+    env.update({key: None for key in s.stock_env})  # the tuned tiles, whatever the shell set
     if not gpu:
         # An empty device list hides every Vulkan device: -ngl 0 alone still offloads big batches.
         env["GGML_VK_VISIBLE_DEVICES"] = ""
