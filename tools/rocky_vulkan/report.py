@@ -68,6 +68,20 @@ def _fmt(value: float | None, unit: str = " t/s") -> str:
     return "—" if value is None else f"{value:.2f}{unit}"
 
 
+def _pass_rule(ratio: dict[str, Any]) -> str:
+    need = ratio.get("required_ratio")
+    return f" (pass: >= {need:.2f}x and > CPU)" if need else ""
+
+
+def reference_note(doc: dict[str, Any], model_name: str) -> str | None:
+    """Say so when the board ran something the reference numbers do not describe."""
+    prompt = (doc.get("thresholds") or {}).get("prompt_tokens", 512)
+    path = (doc.get("model") or {}).get("path", "")
+    if prompt != 512:
+        return f"note: the reference is pp512 with {model_name}; this run used pp{prompt} ({path})"
+    return None
+
+
 def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str, str]]:
     """(what, board, reference, status) rows."""
     checks = {c["name"]: c for c in doc["checks"]}
@@ -107,7 +121,7 @@ def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str,
         (
             "tuned / stock",
             _fmt(ratio.get("ratio"), "x"),
-            f"{ref.tuned_tps / ref.stock_tps:.2f}x",
+            f"{ref.tuned_tps / ref.stock_tps:.2f}x{_pass_rule(ratio)}",
             status,
         )
     )
@@ -129,58 +143,50 @@ def plot(doc: dict[str, Any], ref: Reference, out: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.transforms import blended_transform_factory
 
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    # Crash markers sit at the bottom edge (x in data, y in axes units): fine for log and linear.
+    bottom = blended_transform_factory(ax.transData, ax.transAxes)
     series = sweep_series(doc)
     crash_label = True
+    values: list[float] = []
     for mode in MODES:
         points = series[mode]
         ok = [(u, t) for u, t, _ in points if t is not None]
+        values += [t for _, t in ok]
         if ok:
             ax.plot(*zip(*ok, strict=True), marker="o", color=COLOURS[mode], label=LABELS[mode])
         for u, t, _ in points:
-            if t is None:
-                ax.plot(
-                    [u],
-                    [0],
-                    marker="x",
-                    markersize=11,
-                    mew=2.5,
-                    color="red",
-                    linestyle="none",
-                    label="crash / failed run" if crash_label else None,
-                )
-                ax.annotate(
-                    mode,
-                    (u, 0),
-                    textcoords="offset points",
-                    xytext=(0, 9),
-                    ha="center",
-                    fontsize=7,
-                    color="red",
-                )
-                crash_label = False
-    for mode, value in (("tuned", ref.tuned_tps), ("stock", ref.stock_tps), ("cpu", ref.cpu_tps)):
-        ax.axhline(value, color=COLOURS[mode], linestyle=":", linewidth=1)
-        ax.annotate(
-            f"reference pp512 {mode} {value:g}",
-            (1.0, value),
-            xycoords=("axes fraction", "data"),
-            ha="right",
-            va="bottom",
-            fontsize=7,
-            color=COLOURS[mode],
-        )
+            if t is not None:
+                continue
+            label = "crash / failed run" if crash_label else None
+            ax.plot([u], [0.03], transform=bottom, marker="x", markersize=11, mew=2.5,
+                    color="red", linestyle="none", label=label, clip_on=False)  # fmt: skip
+            ax.text(u, 0.07, mode, transform=bottom, ha="center", fontsize=7, color="red")
+            crash_label = False
+    pp512 = (doc.get("thresholds") or {}).get("prompt_tokens", 512) == 512
+    if pp512:  # the reference numbers describe pp512 only
+        for mode, value in (("tuned", ref.tuned_tps), ("stock", ref.stock_tps),
+                            ("cpu", ref.cpu_tps)):  # fmt: skip
+            ax.axhline(value, color=COLOURS[mode], linestyle=":", linewidth=1)
+            ax.annotate(f"reference pp512 {mode} {value:g}", (1.0, value),
+                        xycoords=("axes fraction", "data"), ha="right", va="bottom",
+                        fontsize=7, color=COLOURS[mode])  # fmt: skip
+        values += [ref.tuned_tps, ref.stock_tps, ref.cpu_tps]
+    if values and max(values) > 30 * min(values):
+        ax.set_yscale("log")  # tuned, stock and CPU can be orders of magnitude apart
+    else:
+        ax.set_ylim(bottom=0, top=max(values, default=1) * 1.1)
     ax.set_xscale("log", base=2)
     all_ubs = sorted({u for pts in series.values() for u, _, _ in pts})
     if all_ubs:
         ax.set_xticks(all_ubs, [str(u) for u in all_ubs])
     ax.set_xlabel("micro-batch size (-ub)")
     ax.set_ylabel("prompt processing (tokens/s)")
-    top = ax.get_ylim()[1]
-    ax.set_ylim(bottom=-0.04 * top)  # keeps crash markers at 0 visible
     host = doc.get("host", {}).get("hostname", "board")
-    ax.set_title(f"rocky-selftest on {host}: {doc['verdict']}")
+    prompt = (doc.get("thresholds") or {}).get("prompt_tokens", 512)
+    ax.set_title(f"rocky-selftest on {host}, pp{prompt}: {doc['verdict']}")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left")
@@ -206,6 +212,9 @@ def _run(args: argparse.Namespace) -> int:
         colour = colours.get(status, "white")
         table.add_row(what, board, reference, f"[{colour}]{status}[/{colour}]")
     console.print(table)
+    note = reference_note(doc, load_config(args.config).model.name)
+    if note:
+        console.print(note)
     out = Path(args.plot) if args.plot else Path(args.result).with_suffix(".png")
     plot(doc, ref, out)
     console.print(f"plot: {out}")
