@@ -188,3 +188,25 @@ def test_server_that_always_stalls_gives_up_keeping_the_part(tmp_path, server):
         fetch_model(cfg, tmp_path / "models", **{**FAST, "retries": 1})
     assert load_config(cfg).model.sha256 is None
     assert not (tmp_path / "models/test-model.gguf").exists()
+
+
+def test_cli_says_to_render_after_pinning(tmp_path, server, capsys):
+    cfg = _project(tmp_path, server.url, None)
+    rc = main(["--config", str(cfg), "model", "fetch", "--dest", str(tmp_path / "m"),
+               "--no-progress"])  # fmt: skip
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "verified" in out and "run `rocky-vulkan render`" in out
+    # A second fetch finds the verified file and neither downloads nor pins again.
+    assert main(["--config", str(cfg), "model", "fetch", "--dest", str(tmp_path / "m")]) == 0
+    assert len(server.requests) == 1 and "pinned" not in capsys.readouterr().out
+
+
+def test_pin_refuses_a_config_without_the_null_line(tmp_path):
+    from rocky_vulkan.model import pin_sha256
+
+    cfg = _project(tmp_path, "https://example.invalid/m.gguf", "cd" * 32)
+    before = cfg.read_text()
+    with pytest.raises(UserError, match="no `sha256: null` line under model:"):
+        pin_sha256(cfg, "ab" * 32)
+    assert cfg.read_text() == before
