@@ -42,6 +42,23 @@ def test_config_arg_joins_machine_and_fragments(project):
         build.kas_config_arg(cfg, "rock-9", [])
 
 
+def test_kas_container_gets_the_mirror_settings_forwarded():
+    env = {"ROCKY_SSTATE_MIRROR": "https://s.example.org/w", "PATH": "/usr/bin"}
+    assert build.kas_command("kas", "kas/a.yml", False, env) == ["kas", "build", "kas/a.yml"]
+    assert build.kas_command("kas-container", "kas/a.yml", True, env) == [
+        "kas-container",
+        "--runtime-args",
+        "-e ROCKY_SSTATE_MIRROR",
+        "build",
+        "kas/a.yml",
+    ]
+    assert build.kas_command("kas-container", "kas/a.yml", True, {}) == [
+        "kas-container",
+        "build",
+        "kas/a.yml",
+    ]
+
+
 def test_download_and_sstate_dirs_default_outside_the_repo(tmp_path):
     env = build.build_environment({"HOME": str(tmp_path), "PATH": "/usr/bin"})
     assert env["DL_DIR"] == str(tmp_path / ".cache/rocky-vulkan/downloads")

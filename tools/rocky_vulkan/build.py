@@ -84,8 +84,18 @@ def find_kas(container: bool, environ: dict[str, str]) -> str:
     return found
 
 
-def kas_command(kas: str, config_arg: str) -> list[str]:
-    return [kas, "build", config_arg]
+# Read by kas/sstate-mirror.yml; kas-container forwards only its own list of variables.
+CONTAINER_FORWARD = ("ROCKY_SSTATE_MIRROR", "ROCKY_PRSERV_HOST")
+
+
+def kas_command(
+    kas: str, config_arg: str, container: bool = False, environ: dict[str, str] | None = None
+) -> list[str]:
+    cmd = [kas]
+    forward = [f"-e {v}" for v in CONTAINER_FORWARD if container and (environ or {}).get(v)]
+    if forward:
+        cmd += ["--runtime-args", " ".join(forward)]  # `-e VAR`: docker/podman copy its value
+    return cmd + ["build", config_arg]
 
 
 def build_dir(cfg: Config, environ: dict[str, str]) -> Path:
@@ -183,7 +193,7 @@ def _run(args: argparse.Namespace) -> int:
             for line in r.findings + ([r.crashed] if r.crashed else []):
                 print(f"lint: {r.name}: {line}", file=sys.stderr)
         raise UserError("lint found problems (listed above); fix them, `rocky-vulkan lint` = 0")
-    cmd = kas_command(find_kas(args.container, env), config_arg)
+    cmd = kas_command(find_kas(args.container, env), config_arg, args.container, env)
     build = build_dir(cfg, env)
     print(f"DL_DIR={env['DL_DIR']}\nSSTATE_DIR={env['SSTATE_DIR']}\nbuild dir: {build}")
     print("running: " + " ".join(cmd))
