@@ -215,6 +215,11 @@ def test_real_refusals_write_nothing(tmp_path, loopdev):
         flash.flash(gz, small, force=True, yes=True)
     assert read_dev(dev, 16 * MIB) == bytes(16 * MIB)
     assert read_dev(small, 4 * MIB) == bytes(4 * MIB)
+    # The command line: refusals exit 2 without writing; with --force --yes it writes.
+    assert main(["flash", str(gz), dev]) == UserError.exit_code
+    assert read_dev(dev, 16 * MIB) == bytes(16 * MIB)
+    assert main(["flash", str(gz), dev, "--force", "--yes"]) == 0
+    assert read_dev(dev, len(raw)) == raw
 
 
 @need_loop

@@ -155,3 +155,79 @@ def test_bitbake_expands_the_guards_and_mirror_settings(project):
         d.setVar("ROCKY_INSECURE_FEATURES", var(image, "ROCKY_INSECURE_FEATURES"))
         d.setVar("X", var(image, "ROCKY_INSECURE_FOUND"))
         assert d.getVar("X") == found
+
+
+def _shell_function(text: str, name: str) -> str:
+    start = text.index(f"{name}() {{")
+    return text[start : text.index("\n}\n", start) + 3]
+
+
+def run_postprocess(image: str, rootfs: Path, **values: str) -> subprocess.CompletedProcess:
+    """Run the recipe's rootfs post-process functions on a scratch rootfs, with bitbake's
+    ${VAR} expansion done here from the recipe's own values (bitbake itself is not needed for
+    these plain variables)."""
+    names = ("ROCKY_HOSTNAME", "ROCKY_USER", "ROCKY_SSH_KEYS", "ROCKY_SUDO_RULE")
+    known = {n: var(image, n) for n in names}
+    known.update(IMAGE_ROOTFS=str(rootfs), sysconfdir="/etc", ROCKY_DEBUG_IMAGE="0")
+    known.update(ROCKY_INSECURE_FOUND="", ROCKY_INSECURE_FEATURES="x")
+    known.update(values)
+    funcs = ("rocky_refuse_insecure", "rocky_image_identity", "rocky_image_network")
+    script = 'bbfatal() { echo "FATAL: $*" >&2; exit 1; }\n'
+    script += "".join(_shell_function(image, f) for f in funcs)
+    script = re.sub(r"\$\{([A-Za-z_]+)\}", lambda m: known.get(m.group(1), m.group(0)), script)
+    script += "\nset -e\n" + "\n".join(funcs) + "\n"
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+
+
+def scratch_rootfs(tmp_path: Path) -> Path:
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "etc").mkdir(parents=True)
+    (rootfs / "home/rocky").mkdir(parents=True)
+    uid = os.getuid()
+    (rootfs / "etc/passwd").write_text(
+        f"root:x:0:0::/root:/bin/sh\nrocky:x:{uid}:{os.getgid()}::/home/rocky:/bin/sh\n"
+    )
+    return rootfs
+
+
+def test_postprocess_writes_hostname_sudo_rule_and_network(project, tmp_path):
+    image = rendered(project)[IMAGE]
+    rootfs = scratch_rootfs(tmp_path)
+    proc = run_postprocess(image, rootfs)
+    assert proc.returncode == 0, proc.stderr
+    assert (rootfs / "etc/hostname").read_text() == "rock-5-itx\n"
+    sudoers = rootfs / "etc/sudoers.d/10-rocky"
+    assert sudoers.read_text() == "rocky ALL=(ALL) ALL\n"
+    assert oct(sudoers.stat().st_mode & 0o777) == "0o440"
+    assert not (rootfs / "home/rocky/.ssh").exists()
+    network = (rootfs / "etc/systemd/network/10-rocky-dhcp.network").read_text()
+    assert network == (
+        "[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n\n[DHCPv4]\nClientIdentifier=mac\n"
+    )
+
+
+def test_postprocess_installs_every_configured_key(project, tmp_path):
+    second = KEY.replace("me@host", "ci@runner")
+    image = rendered(
+        project, ("  ssh_authorized_keys: []", f"  ssh_authorized_keys: ['{KEY}', '{second}']")
+    )[IMAGE]
+    rootfs = scratch_rootfs(tmp_path)
+    proc = run_postprocess(image, rootfs)
+    assert proc.returncode == 0, proc.stderr
+    keys = rootfs / "home/rocky/.ssh/authorized_keys"
+    assert keys.read_text() == f"{KEY}\n{second}\n"
+    assert oct(keys.stat().st_mode & 0o777) == "0o600"
+    assert oct((rootfs / "home/rocky/.ssh").stat().st_mode & 0o777) == "0o700"
+    assert (rootfs / "etc/sudoers.d/10-rocky").read_text() == "rocky ALL=(ALL) NOPASSWD: ALL\n"
+
+
+def test_postprocess_refuses_password_less_features_outside_debug(project, tmp_path):
+    image = rendered(project)[IMAGE]
+    found = "allow-root-login empty-root-password"
+    proc = run_postprocess(image, scratch_rootfs(tmp_path), ROCKY_INSECURE_FOUND=found)
+    assert proc.returncode != 0
+    assert f"FATAL: {found} in IMAGE_FEATURES outside kas/debug.yml" in proc.stderr
+    debug = run_postprocess(
+        image, scratch_rootfs(tmp_path / "d"), ROCKY_INSECURE_FOUND=found, ROCKY_DEBUG_IMAGE="1"
+    )
+    assert debug.returncode == 0, debug.stderr

@@ -92,8 +92,12 @@ def run_lsblk() -> str:
     return proc.stdout
 
 
+def human_size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
 def describe(disk: Disk) -> str:
-    bits = [f"{disk.size / 1e9:.1f} GB", disk.type]
+    bits = [human_size(disk.size), disk.type]
     if disk.model:
         bits.append(disk.model)
     if disk.tran:
@@ -150,8 +154,8 @@ def refusals(disk: Disk, image_size: int, force: bool = False) -> list[Refusal]:
     if disk.size < image_size:
         out.append(
             Refusal(
-                f"the image ({image_size / 1e9:.2f} GB) does not fit on {disk.path} "
-                f"({disk.size / 1e9:.2f} GB)",
+                f"the image ({human_size(image_size)}) does not fit on {disk.path} "
+                f"({human_size(disk.size)})",
                 "use a bigger card",
                 overridable=False,
             )
