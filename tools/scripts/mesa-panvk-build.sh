@@ -30,7 +30,7 @@ JOBS=${MESA_JOBS:-2}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 LLVM=22
 
-BUILD_PKGS="build-essential meson ninja-build pkgconf git python3-mako python3-yaml
+BUILD_PKGS="build-essential meson ninja-build ccache pkgconf git python3-mako python3-yaml
  python3-packaging python3-setuptools bison flex glslang-tools libdrm-dev libexpat1-dev
  libzstd-dev zlib1g-dev libelf-dev libudev-dev libdisplay-info-dev libvulkan-dev spirv-tools-dev
  llvm-$LLVM-dev libclang-$LLVM-dev libclang-cpp$LLVM-dev libclc-$LLVM libclc-$LLVM-dev
@@ -49,6 +49,7 @@ unmount_all() {
 # /dev bound into it is dangerous to delete.
 in_root() {
 	local d
+	[ -x "$ROOT/usr/bin/env" ] || die "no Debian root at $ROOT: run '$0 root' first"
 	trap unmount_all EXIT
 	for d in proc sys dev; do
 		if ! mountpoint -q "$ROOT/$d"; then
@@ -198,8 +199,10 @@ cmd_run() {
 		esac
 	done
 	[ -n "$driver" ] && [ $# -gt 0 ] || die "run: --driver NAME -- COMMAND..."
-	# shellcheck disable=SC2046
-	in_root env $(driver_env "$driver") "$@"
+	local envs
+	envs=$(driver_env "$driver") || exit 1
+	# shellcheck disable=SC2086
+	in_root env $envs "$@"
 }
 
 cmd_sweep() {
@@ -215,6 +218,8 @@ cmd_sweep() {
 	done
 	[ -n "$driver" ] && [ -n "$model" ] || die "sweep: --driver NAME --model GGUF"
 	[ -f "$ROOT$model" ] || die "model $model not found inside the root ($ROOT$model)"
+	local envs
+	envs=$(driver_env "$driver") || exit 1
 	out=${out:-$ROOT/work/sweeps/$driver}
 	mkdir -p "$out"
 	printf 'ub\texit\tpeak_priv_va_mib\terror\n' >"$out/summary.tsv"
@@ -222,8 +227,8 @@ cmd_sweep() {
 	for ub in $ubs; do
 		say "llama-bench ub=$ub driver=$driver"
 		rc=0
-		# shellcheck disable=SC2046
-		in_root env $(driver_env "$driver") timeout 1200 llama-bench -m "$model" -p 512 -n 0 \
+		# shellcheck disable=SC2086
+		in_root env $envs timeout 1200 llama-bench -m "$model" -p 512 -n 0 \
 			-ngl 99 -r 1 -ub "$ub" -o json >"$out/ub$ub.json" 2>"$out/ub$ub.stderr" || rc=$?
 		peak=$(grep -o 'panvk-privva: peak [0-9.]*' "$out/ub$ub.stderr" | awk '{print $3}' |
 			sort -n | tail -1)
