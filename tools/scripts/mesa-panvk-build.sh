@@ -20,6 +20,8 @@
 # Environment: ROCKY_CACHE (default /var/cache/rocky-vulkan), MESA_ROOT (default
 # $ROCKY_CACHE/mesa/root-sid), MESA_JOBS (default 2), DEBIAN_MIRROR. Paths given to `run` and
 # `sweep` (models) are paths inside the root; $ROOT/work is the shared work area.
+# Run one invocation at a time: /proc, /sys and /dev are bound into the root for the duration of
+# a command, and the first invocation to finish unbinds them.
 # The drm-shim does not execute GPU work: recording, vkEndCommandBuffer, memory allocation and
 # submission are real, so the run shows allocation failures and VA use, not speed.
 set -euo pipefail
@@ -243,5 +245,5 @@ root) shift; cmd_root "$@" ;;
 build) shift; cmd_build "$@" ;;
 run) shift; cmd_run "$@" ;;
 sweep) shift; cmd_sweep "$@" ;;
-*) sed -n '2,25p' "$0" >&2; exit 2 ;;
+*) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
 esac
