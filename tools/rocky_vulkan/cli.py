@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "rocky_vulkan.doctor",
     "rocky_vulkan.build",
     "rocky_vulkan.flash",
+    "rocky_vulkan.testmodel",
 )
 
 
