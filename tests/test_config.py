@@ -65,8 +65,8 @@ BAD_CASES = [
     ("  repetitions: 3", "  repetitions: three", "selftest.repetitions", "integer"),
     ("  build_number: 9101", "  build_number: '9101'", "llama_cpp.build_number", "release number"),
     (
-        "  patches: [mesa-panvk-shared-tls-wls.patch]",
-        "  patches: [missing.patch]",
+        "  patches: []\n\nllama_cpp",
+        "  patches: [missing.patch]\n\nllama_cpp",
         "mesa.patches[0]",
         "'missing.patch' is not in",
     ),
