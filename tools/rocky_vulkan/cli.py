@@ -12,6 +12,9 @@ from .errors import UserError
 COMMAND_MODULES = (
     "rocky_vulkan.render",
     "rocky_vulkan.lint",
+    "rocky_vulkan.doctor",
+    "rocky_vulkan.build",
+    "rocky_vulkan.flash",
     "rocky_vulkan.testmodel",
     "rocky_vulkan.model",
     "rocky_vulkan.report",

@@ -170,14 +170,9 @@ def patch_problems(text: str) -> list[str]:
 def check_patches(cfg: Config) -> CheckResult:
     result = CheckResult("patch hygiene")
     patch_dir = cfg.root / PATCH_DIR_NAME
-    wired = set(cfg.mesa.patches) | set(cfg.llama_cpp.patches)
     for path in sorted(patch_dir.glob("*.patch")) if patch_dir.is_dir() else []:
         for problem in patch_problems(path.read_text(errors="replace")):
             result.findings.append(f"{PATCH_DIR_NAME}/{path.name}: {problem}")
-        if path.name not in wired:
-            result.findings.append(
-                f"{PATCH_DIR_NAME}/{path.name}: not listed in any patches: list of the config"
-            )
     return result
 
 

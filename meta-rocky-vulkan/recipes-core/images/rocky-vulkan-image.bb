@@ -15,27 +15,51 @@ IMAGE_INSTALL += "\
     vulkan-tools \
     llama-cpp \
     llama-cpp-tests \
+    sudo \
     rocky-selftest \
     rocky-model \
 "
 
 IMAGE_FSTYPES = "wic.gz wic.bmap"
 
-# Root stays locked; the configured user logs in with the configured SSH keys.
-EXTRA_USERS_PARAMS = "\
-    useradd -m -s /bin/sh -G video rocky; \
-    usermod -L root; \
-"
-
+# Access. Root has no password and no SSH login (oe-core replaces an empty root password with
+# '*' unless empty-root-password is set, which only kas/debug.yml may do). The configured user
+# logs in over SSH with the keys from rocky-vulkan.yaml; with no keys configured, with the
+# initial password "rocky", which must be changed at the first login.
 ROCKY_HOSTNAME = "rock-5-itx"
 ROCKY_USER = "rocky"
 ROCKY_SSH_KEYS = ""
+# `openssl passwd -6 -salt rockyvulkan rocky`; '$' escaped for extrausers' shell evaluation.
+ROCKY_INITIAL_PASSWORD = "\$6\$rockyvulkan\$IvQEeTUpYKNYxm31MDGg6zpKW3DzLwOilgZH1QnmqoLgfdZNsz3tbyjArPKBDk8dLmPgZXtwyKIqpOGi.748p/"
 
-ROOTFS_POSTPROCESS_COMMAND += "rocky_image_identity"
+# No keys configured: a known initial password, expired so the first login must change it.
+EXTRA_USERS_PARAMS = "\
+    useradd -m -s /bin/sh -G video -p '${ROCKY_INITIAL_PASSWORD}' ${ROCKY_USER}; \
+    passwd-expire ${ROCKY_USER}; \
+"
+ROCKY_SUDO_RULE = "ALL=(ALL) ALL"
+
+# Features that open the image to anyone on the network: only the debug fragment sets them.
+ROCKY_DEBUG_IMAGE ??= "0"
+ROCKY_INSECURE_FEATURES = "empty-root-password allow-empty-password allow-root-login"
+
+ROCKY_INSECURE_FOUND = "${@' '.join(sorted(set('${ROCKY_INSECURE_FEATURES}'.split()) & set(d.getVar('IMAGE_FEATURES').split())))}"
+
+ROOTFS_POSTPROCESS_COMMAND += "rocky_refuse_insecure rocky_image_identity rocky_image_network"
+
+# nooelint: oelint.task.docstrings - a rootfs post-process function, not a task
+rocky_refuse_insecure() {
+    if [ -n "${ROCKY_INSECURE_FOUND}" ] && [ "${ROCKY_DEBUG_IMAGE}" != "1" ]; then
+        bbfatal "${ROCKY_INSECURE_FOUND} in IMAGE_FEATURES outside kas/debug.yml: ${ROCKY_INSECURE_FEATURES} let anyone log in without a password; add :kas/debug.yml for a development image"
+    fi
+}
 
 # nooelint: oelint.task.docstrings - a rootfs post-process function, not a task
 rocky_image_identity() {
     echo "${ROCKY_HOSTNAME}" > ${IMAGE_ROOTFS}${sysconfdir}/hostname
+    install -d -m 0750 ${IMAGE_ROOTFS}${sysconfdir}/sudoers.d
+    echo "${ROCKY_USER} ${ROCKY_SUDO_RULE}" > ${IMAGE_ROOTFS}${sysconfdir}/sudoers.d/10-${ROCKY_USER}
+    chmod 0440 ${IMAGE_ROOTFS}${sysconfdir}/sudoers.d/10-${ROCKY_USER}
     if [ -n "${ROCKY_SSH_KEYS}" ]; then
         home=${IMAGE_ROOTFS}/home/${ROCKY_USER}
         install -d -m 0700 $home/.ssh
@@ -44,4 +68,13 @@ rocky_image_identity() {
         uid=$(awk -F: '$1 == "${ROCKY_USER}" {print $3 ":" $4}' ${IMAGE_ROOTFS}${sysconfdir}/passwd)
         chown -R $uid $home/.ssh
     fi
+}
+
+# DHCP on every wired NIC (both RTL8125B ports: en*, or eth* with net.ifnames=0), ahead of
+# systemd-conf's generic 80-wired.network.
+# nooelint: oelint.task.docstrings - a rootfs post-process function, not a task
+rocky_image_network() {
+    install -d ${IMAGE_ROOTFS}${sysconfdir}/systemd/network
+    printf '%s\n' '[Match]' 'Name=en* eth*' '' '[Network]' 'DHCP=yes' '' '[DHCPv4]' \
+        'ClientIdentifier=mac' > ${IMAGE_ROOTFS}${sysconfdir}/systemd/network/10-rocky-dhcp.network
 }

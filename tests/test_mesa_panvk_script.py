@@ -1,0 +1,51 @@
+"""Argument handling of tools/scripts/mesa-panvk-build.sh (no root, no build: these fail early).
+
+The build and simulation paths themselves need a Debian root and a Mesa tree; they are recorded in
+docs/verification/mesa-patch.md.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "scripts" / "mesa-panvk-build.sh"
+
+
+def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "MESA_ROOT": str(tmp_path / "no-root")}
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=30
+    )
+
+
+def test_usage_without_command(tmp_path: Path) -> None:
+    out = _run(tmp_path)
+    assert out.returncode == 2
+    for command in ("root", "build --tag", "run --driver", "sweep --driver"):
+        assert command in out.stderr
+
+
+def test_build_without_root_names_the_fix(tmp_path: Path) -> None:
+    out = _run(tmp_path, "build", "--tag", "x", "--src", str(tmp_path))
+    assert out.returncode == 1
+    assert "no build root" in out.stderr and "root' first" in out.stderr
+
+
+def test_build_needs_a_tag(tmp_path: Path) -> None:
+    out = _run(tmp_path, "build", "--src", str(tmp_path))
+    assert out.returncode == 1
+    assert "--tag NAME is required" in out.stderr
+
+
+def test_sweep_missing_model_is_reported(tmp_path: Path) -> None:
+    out = _run(tmp_path, "sweep", "--driver", "stock", "--model", "/work/model/none.gguf")
+    assert out.returncode == 1
+    assert "/work/model/none.gguf not found inside the root" in out.stderr
+
+
+def test_run_without_driver_bundle_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "no-root").mkdir()
+    out = _run(tmp_path, "run", "--driver", "nope", "--", "true")
+    assert out.returncode == 1
+    assert "no driver bundle nope" in out.stderr

@@ -1,0 +1,137 @@
+"""Read kas/bitbake output lines: task progress, and known opaque failures turned into fixes.
+
+The patterns are the exact texts kas 5.5, oe-core's scripts/sanity.bbclass and bitbake 2.18 print
+(see tests/fixtures/kas-output/ for captured real runs).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# bitbake knotty, non-interactive: "NOTE: Running task 12 of 3456 (/x/zlib_1.3.bb:do_fetch)"
+_TASK = re.compile(r"NOTE: Running (?:setscene |noexec )?task (\d+) of (\d+) \((.+)\)")
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int
+    total: int
+    task: str
+    setscene: bool
+
+
+def parse_progress(line: str) -> Progress | None:
+    match = _TASK.search(line)
+    if not match:
+        return None
+    task = match.group(3)
+    # "/path/recipes/zlib/zlib_1.3.bb:do_fetch" -> "zlib_1.3.bb:do_fetch"
+    task = task.rsplit("/", 1)[-1]
+    return Progress(int(match.group(1)), int(match.group(2)), task, "setscene" in match.group(0))
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    key: str
+    cause: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class _Rule:
+    key: str
+    pattern: re.Pattern[str]
+    cause: str
+    fix: str
+
+
+def _rule(key: str, pattern: str, cause: str, fix: str) -> _Rule:
+    return _Rule(key, re.compile(pattern), cause, fix)
+
+
+RULES = (
+    _rule(
+        "missing-bitbake",
+        r"The bitbake directory \((?P<path>[^)]+)\) does not exist",
+        "kas found openembedded-core but no bitbake checkout beside it ({path})",
+        "add the `bitbake` repo (branch 2.18, pinned commit) to repos: in rocky-vulkan.yaml, "
+        "run `rocky-vulkan render`, and build again",
+    ),
+    _rule(
+        "missing-oe-core",
+        r"Did not find any init-build-env script",
+        "no repo in the kas files provides oe-init-build-env (openembedded-core is missing)",
+        "add openembedded-core (and bitbake) to repos: in rocky-vulkan.yaml, then "
+        "`rocky-vulkan render`",
+    ),
+    _rule(
+        "unpinned-repo",
+        r'Using (?:branch|tag) without commit for repository "(?P<repo>[^"]+)"',
+        "repo {repo!r} is not pinned to a commit: the build is not reproducible",
+        "give {repo!r} a full `commit:` in rocky-vulkan.yaml and run `rocky-vulkan render` "
+        "(kas/base.lock.yml then pins it)",
+    ),
+    _rule(
+        "network-clone",
+        r"(?:Could not resolve host|Failed to connect to|Connection timed out|"
+        r"Network is unreachable|Temporary failure in name resolution): ?(?P<host>\S*)",
+        "the network is down or blocked while kas/bitbake fetched sources ({host})",
+        "check the connection and proxy (http_proxy/https_proxy are passed through); to build "
+        "without network from a filled DL_DIR add :kas/offline.yml",
+    ),
+    _rule(
+        "network-fetch",
+        r"Unable to fetch URL from any source|Fetcher failure for URL: '(?P<url>[^']+)'",
+        "bitbake could not download a source ({url})",
+        "check the network/proxy; if a mirror is gone, put the file in DL_DIR by hand; "
+        "offline builds need every source in DL_DIR already (:kas/offline.yml)",
+    ),
+    _rule(
+        "no-network-allowed",
+        r"Network access disabled through BB_NO_NETWORK",
+        "an offline build (kas/offline.yml) needed a source that is not in DL_DIR",
+        "build once with the network (drop :kas/offline.yml) or copy DL_DIR from a host "
+        "that has it",
+    ),
+    _rule(
+        "root",
+        r"Do not use Bitbake as root",
+        "the build ran as root, which bitbake refuses",
+        "build as a normal user, or use `rocky-vulkan build --container`",
+    ),
+    _rule(
+        "userns",
+        r"User namespaces are not usable by BitBake",
+        "the host forbids unprivileged user namespaces (Ubuntu 24.04+ AppArmor)",
+        "sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0, or use --container",
+    ),
+    _rule(
+        "locale",
+        r"Your system needs to support the en_US.UTF-8 locale",
+        "the host lacks the en_US.UTF-8 locale",
+        "sudo locale-gen en_US.UTF-8 (Debian: enable it in /etc/locale.gen first)",
+    ),
+    _rule(
+        "disk-full",
+        r"disk space monitor action is|No space left on device",
+        "the disk holding the build, DL_DIR or SSTATE_DIR is full",
+        "free space (100 GB for a first build) or move KAS_BUILD_DIR/SSTATE_DIR to a bigger disk; "
+        "rm_work is already on",
+    ),
+)
+
+
+def diagnose(lines: list[str]) -> list[Diagnosis]:
+    """Every known failure found in the output, once each, in the order of RULES."""
+    found: dict[str, Diagnosis] = {}
+    for rule in RULES:
+        for line in lines:
+            match = rule.pattern.search(line)
+            if match:
+                groups = {k: (v or "?") for k, v in match.groupdict().items()}
+                found[rule.key] = Diagnosis(
+                    rule.key, rule.cause.format(**groups), rule.fix.format(**groups)
+                )
+                break
+    return list(found.values())
