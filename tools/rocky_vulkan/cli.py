@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "rocky_vulkan.render",
     "rocky_vulkan.lint",
     "rocky_vulkan.testmodel",
+    "rocky_vulkan.llama_sources",
 )
 
 
