@@ -18,6 +18,8 @@ COMMAND_MODULES = (
     "rocky_vulkan.testmodel",
     "rocky_vulkan.model",
     "rocky_vulkan.report",
+    "rocky_vulkan.llama_sources",
+    "rocky_vulkan.sim.cli",
 )
 
 

@@ -1,0 +1,173 @@
+"""Read ggml-vulkan's matmul warptiles out of the source and compute what they cost per thread.
+
+A warptile is the specialization-constant vector {BLOCK_SIZE, BM, BN, BK, WM, WN, WMITER, TM, TN,
+TK, WARP[, BK_STEP]}. Per thread a tile keeps WM*WN/WARP accumulators; the warps cover the block
+exactly only when (BM/WM)*(BN/WN) == BLOCK_SIZE/WARP. The numbers are evaluated for a device like
+the Mali-G610 on panvk: subgroup size 16, no matrix cores, fp16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import UserError
+
+VULKAN_CPP = "ggml/src/ggml-vulkan/ggml-vulkan.cpp"
+FIELDS = ("BLOCK_SIZE", "BM", "BN", "BK", "WM", "WN", "WMITER", "TM", "TN", "TK", "WARP")
+# Values of the variables the non-coopmat branch of ggml_vk_load_shaders uses, at subgroup 16.
+SUBGROUP_16 = {
+    "subgroup_size_8": 16,
+    "subgroup_size_16": 16,
+    "subgroup_size_32": 32,
+    "mul_mat_subgroup_size_8": 16,
+    "mul_mat_subgroup_size_16": 16,
+    "mul_mat_subgroup_size_32": 32,
+    "s_warptile_wm": 32,
+    "tm_l": 4, "tm_m": 4, "tm_s": 2,
+    "tn_l": 4, "tn_m": 2, "tn_s": 2,
+    "tk_l": 1, "tk_m": 1, "tk_s": 1,
+}  # fmt: skip
+DEFAULT_BK_STEP = 4  # mul_mmq.comp's value when the pipeline passes no 12th constant
+# Shared-memory bytes per BK block in mul_mmq.comp for q8_0 with fp16 (block_a_cache: 8 x int32 +
+# float16_t, padded to 36; block_b_cache: 8 x int32 + f16vec2).
+MMQ_Q8_0_A_BYTES = 36
+MMQ_Q8_0_B_BYTES = 36
+TILES = ("l_warptile", "l_warptile_mmq", "l_warptile_mmq_int", "l_warptile_mmq_int_k",
+         "m_warptile", "m_warptile_mmq_int", "s_warptile", "s_warptile_mmq", "s_warptile_mmq_int",
+         "s_warptile_mmq_int_k")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Tile:
+    name: str
+    values: tuple[int, ...]
+    accumulators: int  # per thread: WM*WN/WARP
+    warps: int  # BLOCK_SIZE/WARP
+    warp_tiles: int  # (BM/WM)*(BN/WN)
+    rule_ok: bool
+    bk_step: int | None  # integer-dot tiles only
+    shared_bytes: int  # fp16 float tile, or q8_0 integer-dot tile
+
+
+def _eval(expr: str, env: dict[str, int]) -> int:
+    """Evaluate `16`, `subgroup_size_8 * 2` and the like, nothing else."""
+
+    def walk(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in env:
+            return env[node.id]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult | ast.Add | ast.Sub):
+            a, b = walk(node.left), walk(node.right)
+            return (
+                a * b
+                if isinstance(node.op, ast.Mult)
+                else a + b
+                if isinstance(node.op, ast.Add)
+                else a - b
+            )
+        raise UserError(f"cannot evaluate warptile element {expr!r}")
+
+    return walk(ast.parse(expr.strip(), mode="eval").body)
+
+
+_ASSIGN = re.compile(r"^\s*((?:\w+\s*=\s*)+)\{([^}]*)\};", re.M)
+
+
+def _assignments(block: str, env: dict[str, int]) -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {}
+    for m in _ASSIGN.finditer(block):
+        names = [n.strip() for n in m.group(1).split("=") if n.strip()]
+        values = tuple(_eval(e, env) for e in m.group(2).split(","))
+        for n in names:
+            out[n] = values
+    return out
+
+
+def parse_tiles(source: str) -> dict[str, dict[str, tuple[int, ...]]]:
+    """{'stock': {...}, 'mali': {...}} warptiles and wg_denoms of the non-coopmat2 branch."""
+    start = source.find("// Matrix cores require different warp group sizes")
+    tuning = source.find("// chip specific tuning", start)
+    denoms = source.find("l_mmq_wg_denoms = l_wg_denoms", tuning)
+    if min(start, tuning, denoms) < 0:
+        raise UserError("ggml-vulkan.cpp does not have the expected ggml_vk_load_shaders layout")
+    stock = _assignments(source[start:tuning], SUBGROUP_16)
+    end = source.find("l_align", denoms)
+    stock_denoms = _assignments(source[denoms : source.find("\n", denoms) + 1], SUBGROUP_16)
+    stock.update(stock_denoms)
+    mali = dict(stock)
+    branch = source.find("} else if (device->mali_warptile) {", tuning)
+    if branch >= 0:
+        mali.update(_assignments(source[branch:denoms], SUBGROUP_16))
+        override = source.find("if (device->mali_warptile) {", denoms)
+        if 0 <= override < end:
+            mali.update(_assignments(source[override:end], SUBGROUP_16))
+    return {"stock": stock, "mali": mali if branch >= 0 else {}}
+
+
+def analyse(name: str, values: tuple[int, ...]) -> Tile:
+    v = dict(zip(FIELDS, values, strict=False))
+    warps = v["BLOCK_SIZE"] // v["WARP"]
+    warp_tiles = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"])
+    integer = "_int" in name
+    bk_step = (values[11] if len(values) > 11 else DEFAULT_BK_STEP) if integer else None
+    if integer:
+        shared = bk_step * (v["BM"] * MMQ_Q8_0_A_BYTES + v["BN"] * MMQ_Q8_0_B_BYTES)
+    else:  # ggml_vk_matmul_shmem_support: (BM + BN) * (BK + 1) * sizeof(fp16)
+        shared = (v["BM"] + v["BN"]) * (v["BK"] + 1) * 2
+    return Tile(
+        name=name,
+        values=values,
+        accumulators=v["WM"] * v["WN"] // v["WARP"],
+        warps=warps,
+        warp_tiles=warp_tiles,
+        rule_ok=warp_tiles == warps,
+        bk_step=bk_step,
+        shared_bytes=shared,
+    )
+
+
+def report(tree: Path) -> dict[str, list[Tile]]:
+    src = Path(tree) / VULKAN_CPP
+    if not src.is_file():
+        raise UserError(f"{src} not found: pass a llama.cpp source tree")
+    tiles = parse_tiles(src.read_text())
+    return {
+        kind: [analyse(n, tiles[kind][n]) for n in TILES if n in tiles[kind]]
+        for kind in ("stock", "mali")
+    } | {
+        "denoms": {
+            k: {n: tiles[k].get(n) for n in ("l_wg_denoms", "l_mmq_wg_denoms")} for k in tiles
+        }
+    }
+
+
+def _run(args: argparse.Namespace) -> int:
+    rep = report(Path(args.dir))
+    if args.json:
+        print(
+            json.dumps({k: [asdict(t) for t in v] if k != "denoms" else v for k, v in rep.items()})
+        )
+        return 0
+    print(f"{'tile':22} {'stock acc':>9} {'mali acc':>8} {'stock rule':>10} {'mali rule':>9} "
+          f"{'stock shmem':>11} {'mali shmem':>10}")  # fmt: skip
+    mali = {t.name: t for t in rep["mali"]}
+    for t in rep["stock"]:
+        m = mali.get(t.name, t)
+        print(f"{t.name:22} {t.accumulators:9} {m.accumulators:8} "
+              f"{t.warp_tiles}/{t.warps:<8} {m.warp_tiles}/{m.warps:<7} "
+              f"{t.shared_bytes:11} {m.shared_bytes:10}")  # fmt: skip
+    print("wg_denoms:", json.dumps(rep["denoms"]))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tiles", help="accumulators per thread and tile rule, stock vs Mali")
+    p.add_argument("dir", help="llama.cpp source tree (patched)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_run)
