@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from . import pins
+from .build_llama import build_llama
 from .guest import (
     driver_version,
     guest_argv,
@@ -57,6 +58,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="extra_drivers",
         action="store_false",
         help="skip unpacking the older Debian panvk builds used for comparison",
+    )
+    p.add_argument(
+        "--cross",
+        action="store_true",
+        help="also install the arm64 cross toolchain for `sim build-llama`",
     )
     p.set_defaults(func=_setup)
 
@@ -117,6 +123,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ub", type=int, default=512)
     p.add_argument("--out", type=Path, required=True, help="folder for the log and stats.json/md")
     p.set_defaults(func=_stats)
+    _register_build(sub)
+
+
+def _register_build(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("build-llama", help="cross-build llama-bench for arm64 in the root")
+    p.add_argument("--src", type=Path, required=True, help="llama.cpp source tree on the host")
+    p.add_argument("--patch", type=Path, action="append", default=[], help="patch to apply")
+    p.add_argument("--name", default="patched", help="install as /opt/rocky/llama-NAME")
+    p.add_argument("--build-number", default="9101", help="LLAMA_BUILD_NUMBER")
+    p.add_argument("--build-commit", default="389ff61", help="LLAMA_BUILD_COMMIT")
+    p.add_argument("-j", "--jobs", type=int, default=2)
+    p.set_defaults(func=_build)
+
+
+def _build(args: argparse.Namespace) -> int:
+    root = _root(args)
+    root.require()
+    if not root.stamp().get("cross"):
+        raise UserError("the root has no cross toolchain; run `rocky-vulkan sim setup --cross`")
+    path = build_llama(
+        root, args.src, args.patch, args.name, args.build_number, args.build_commit, args.jobs
+    )
+    print(path)
+    return 0
 
 
 def _root(args: argparse.Namespace) -> SimRoot:
@@ -127,6 +157,7 @@ def _print_versions(root: SimRoot) -> None:
     installed = root.installed_versions(pins.query_names())
     wanted = {
         **pins.HOST_PACKAGES,
+        **pins.CROSS_PACKAGES,
         **{f"{n}:{pins.GUEST_ARCH}": v for n, v in pins.GUEST_PACKAGES.items()},
     }
     for name, version in installed.items():
@@ -141,7 +172,13 @@ def _print_versions(root: SimRoot) -> None:
 
 def _setup(args: argparse.Namespace) -> int:
     root = _root(args)
-    stamp = setup(root, pinned=args.pinned, mirror=args.mirror, extra_drivers=args.extra_drivers)
+    stamp = setup(
+        root,
+        pinned=args.pinned,
+        mirror=args.mirror,
+        extra_drivers=args.extra_drivers,
+        cross=args.cross,
+    )
     print(f"simulator root: {root.path} ({'pinned' if stamp['pinned'] else 'floating'} versions)")
     _print_versions(root)
     return 0

@@ -27,6 +27,20 @@ GUEST_PACKAGES: dict[str, str] = {
 }
 GUEST_ARCH = "arm64"
 
+# `sim setup --cross`: what cross-building llama.cpp for arm64 needs (`sim build-llama`). The
+# shader generator is a host tool, hence the native g++ next to the cross one.
+CROSS_PACKAGES: dict[str, str] = {
+    "g++": "4:16.1.0-3",
+    "g++-aarch64-linux-gnu": "4:16.1.0-3",
+    "cmake": "4.3.4-1",
+    "ninja-build": "1.13.2-1",
+    "glslc": "2026.4-1",
+    "spirv-headers": "1.6.1+1.4.363.0-1",
+    "pkgconf": "2.5.1-4",
+    "ccache": "4.14.2-1",
+    "libvulkan-dev:arm64": "1.4.363.0-1",
+}
+
 # Printed by `sim versions` next to the pins: the libraries the pins pull in.
 REPORTED_PACKAGES = (
     "libllama0:arm64",
@@ -49,9 +63,10 @@ EXTRA_DRIVERS: dict[str, dict] = {
 EXTRA_SUITE_MIRROR = MIRROR
 
 
-def install_specs(pinned: bool) -> list[str]:
+def install_specs(pinned: bool, cross: bool = False) -> list[str]:
     """apt-get install arguments: `name=version` when pinned, bare names when floating."""
-    host = [f"{n}={v}" if pinned else n for n, v in HOST_PACKAGES.items()]
+    host_pkgs = {**HOST_PACKAGES, **(CROSS_PACKAGES if cross else {})}
+    host = [f"{n}={v}" if pinned else n for n, v in host_pkgs.items()]
     guest = [f"{n}:{GUEST_ARCH}" + (f"={v}" if pinned else "") for n, v in GUEST_PACKAGES.items()]
     return host + guest
 
@@ -61,5 +76,6 @@ def query_names() -> list[str]:
     return (
         list(HOST_PACKAGES)
         + [f"{n}:{GUEST_ARCH}" for n in GUEST_PACKAGES]
+        + list(CROSS_PACKAGES)
         + list(REPORTED_PACKAGES)
     )

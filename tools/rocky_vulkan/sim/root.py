@@ -183,8 +183,8 @@ def _configure_apt(root: SimRoot) -> None:
 _MISSING_VERSION = re.compile(r"Version '([^']+)' for '([^']+)' was not found")
 
 
-def _install(root: SimRoot, pinned: bool) -> None:
-    specs = pins.install_specs(pinned)
+def _install(root: SimRoot, pinned: bool, cross: bool) -> None:
+    specs = pins.install_specs(pinned, cross)
     say("apt-get install " + " ".join(specs))
     proc = root.apt(["install", *specs], capture=True)
     sys.stderr.write(proc.stdout[-3000:])
@@ -286,7 +286,11 @@ def write_icd(root: SimRoot, dest: str, library: str) -> None:
 
 
 def setup(
-    root: SimRoot, pinned: bool = True, mirror: str = pins.MIRROR, extra_drivers: bool = True
+    root: SimRoot,
+    pinned: bool = True,
+    mirror: str = pins.MIRROR,
+    extra_drivers: bool = True,
+    cross: bool = False,
 ) -> dict:
     """Create (or finish) the root; returns the stamp that records what was installed."""
     if not (root.path / "usr/bin/apt-get").exists():
@@ -294,7 +298,7 @@ def setup(
     else:
         say(f"reusing the debootstrap root at {root.path}")
     _configure_apt(root)
-    _install(root, pinned)
+    _install(root, pinned, cross)
     _build_vacount(root)
     root.host_path(SHADER_CACHE).mkdir(parents=True, exist_ok=True)
     drivers = {}
@@ -304,6 +308,7 @@ def setup(
     stamp = {
         "suite": pins.SUITE,
         "pinned": pinned,
+        "cross": cross,
         "versions": root.installed_versions(pins.query_names()),
         "extra_drivers": drivers,
     }
