@@ -77,6 +77,17 @@ def test_first_error_prefers_the_exception_text():
     assert first_error("all fine\n") == ""
 
 
+def test_first_error_names_a_heap_abort_and_the_signal():
+    stderr = (
+        "load_backend: loaded CPU backend\n"
+        "free(): double free detected in tcache 2\n"
+        "qemu: uncaught target signal 6 (Aborted) - core dumped\n"
+    )
+    assert first_error(stderr) == (
+        "free(): double free detected in tcache 2; qemu: uncaught target signal 6 (Aborted)"
+    )
+
+
 def test_pinned_specs_name_every_package_with_its_version():
     specs = pins.install_specs(pinned=True)
     assert "mesa-vulkan-drivers:arm64=" + pins.GUEST_PACKAGES["mesa-vulkan-drivers"] in specs

@@ -12,6 +12,15 @@
  * The totals are rewritten in ROCKY_VACOUNT_FILE whenever the peak grows,
  * because llama.cpp aborts on an uncaught Vulkan error and atexit
  * handlers would never run.
+ *
+ * The shim backs every BO with a range of one 4 GiB memfd and, when that
+ * runs out, hands out a BO at offset 0 and later frees a range it never
+ * allocated, which corrupts the heap (glibc aborts with "double free" or
+ * "corrupted size").  On a board the kernel has no such limit, and panvk's
+ * own private VA heap is what runs out.  So BOs created with
+ * DRM_PANTHOR_BO_NO_MMAP (TLS, WLS, tiler heap: never touched by the CPU)
+ * are created in the shim with one page and reported back with the size
+ * panvk asked for; set ROCKY_SHIM_FULL_BOS=1 to turn this off.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -34,7 +43,7 @@
 static int (*real_ioctl)(int, unsigned long, ...);
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t priv_now, priv_peak, priv_max_map, user_now, user_peak;
-static uint64_t n_maps, n_unmaps;
+static uint64_t n_maps, n_unmaps, nommap_bytes;
 static int out_fd = -2;
 
 static void
@@ -53,10 +62,12 @@ write_totals_locked(void)
    /* Fixed-width fields so a shorter rewrite never leaves stale digits. */
    len = snprintf(line, sizeof(line),
                   "priv_va_peak=%020llu priv_va_now=%020llu priv_va_max_map=%020llu "
-                  "user_va_peak=%020llu maps=%012llu unmaps=%012llu\n",
+                  "user_va_peak=%020llu maps=%012llu unmaps=%012llu "
+                  "nommap_bo_bytes=%020llu\n",
                   (unsigned long long)priv_peak, (unsigned long long)priv_now,
                   (unsigned long long)priv_max_map, (unsigned long long)user_peak,
-                  (unsigned long long)n_maps, (unsigned long long)n_unmaps);
+                  (unsigned long long)n_maps, (unsigned long long)n_unmaps,
+                  (unsigned long long)nommap_bytes);
    if (len > 0)
       (void)!pwrite(out_fd, line, (size_t)len, 0);
 }
@@ -101,6 +112,32 @@ account(const struct drm_panthor_vm_bind *bind)
    pthread_mutex_unlock(&lock);
 }
 
+static int
+create_bo(int fd, struct drm_panthor_bo_create *create)
+{
+   static int full_bos = -1;
+   uint64_t size = create->size;
+   int ret;
+
+   if (full_bos < 0) {
+      const char *env = getenv("ROCKY_SHIM_FULL_BOS");
+      full_bos = env && env[0] == '1';
+   }
+   if (full_bos || !(create->flags & DRM_PANTHOR_BO_NO_MMAP))
+      return real_ioctl(fd, DRM_IOCTL_PANTHOR_BO_CREATE, create);
+
+   create->size = 4096;
+   ret = real_ioctl(fd, DRM_IOCTL_PANTHOR_BO_CREATE, create);
+   /* The kernel returns the page-aligned size it allocated. */
+   create->size = (size + 4095) & ~4095ull;
+   if (ret == 0) {
+      pthread_mutex_lock(&lock);
+      nommap_bytes += create->size;
+      pthread_mutex_unlock(&lock);
+   }
+   return ret;
+}
+
 int
 ioctl(int fd, unsigned long request, ...)
 {
@@ -116,6 +153,9 @@ ioctl(int fd, unsigned long request, ...)
 
    if (request == DRM_IOCTL_PANTHOR_VM_BIND && arg)
       account(arg);
+
+   if (request == DRM_IOCTL_PANTHOR_BO_CREATE && arg)
+      return create_bo(fd, arg);
 
    return real_ioctl(fd, request, arg);
 }

@@ -4,7 +4,6 @@ Needs `sim setup --cross`. The tree is copied into the root, the patches are app
 (git apply), and CMake cross-compiles with Debian's aarch64-linux-gnu toolchain against the arm64
 multiarch Vulkan loader. ggml's vulkan-shaders-gen is a host tool: ggml finds the native g++ itself
 when CMAKE_CROSSCOMPILING is set. The result is one static llama-bench under
-
 /opt/rocky/llama-NAME/bin, which `sim stats --llama-bench` and `sim run` can use.
 """
 

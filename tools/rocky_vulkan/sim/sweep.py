@@ -22,7 +22,13 @@ OUT_DIR = "/mnt/rocky-out"
 DEFAULT_UBS = (64, 128, 256, 512, 1024)
 MIB = 1024 * 1024
 
-_ERROR_LINE = re.compile(r"(what\(\):.*|.*Error[A-Z][A-Za-z]+.*|.*error.*|.*Illegal instruction.*)")
+# A Vulkan result name (ErrorOutOfDeviceMemory), glibc's and assert()'s abort messages.
+_VK_ERROR = re.compile(r"\bError[A-Z][A-Za-z]+|VK_ERROR_[A-Z_]+")
+_ABORT = re.compile(
+    r"double free|corrupted|free\(\)|malloc\(\)|Assertion .* failed|Illegal instruction|"
+    r"Segmentation fault|GGML_ASSERT|timeout: "
+)
+_SIGNAL = re.compile(r"qemu: uncaught target signal \d+ \([^)]*\)")
 
 
 @dataclass
@@ -37,14 +43,20 @@ class UbResult:
 
 
 def first_error(stderr: str) -> str:
-    """The line that names the failure: an exception's what(), else the last error-like line."""
+    """The line that names the failure: an exception's what(), a Vulkan error, an abort message;
+    with the signal qemu reports, if any."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    for ln in lines:
-        if ln.startswith("what():") or "terminate called" in ln:
-            idx = lines.index(ln)
-            return " ".join(lines[idx : idx + 2]) if "terminate" in ln else ln
-    matches = [ln for ln in lines if _ERROR_LINE.fullmatch(ln)]
-    return matches[-1] if matches else ""
+    signal = next((m.group(0) for ln in lines if (m := _SIGNAL.search(ln))), "")
+    found = ""
+    for i, ln in enumerate(lines):
+        if "terminate called" in ln:
+            found = " ".join(lines[i : i + 2])
+            break
+    if not found:
+        found = next((ln for ln in lines if _VK_ERROR.search(ln)), "")
+    if not found:
+        found = next((ln for ln in lines if _ABORT.search(ln)), "")
+    return "; ".join(x for x in (found, signal) if x)
 
 
 def bench_argv(model: str, ub: int, prompt: int, reps: int) -> list[str]:
