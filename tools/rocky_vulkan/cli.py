@@ -12,6 +12,7 @@ from .errors import UserError
 COMMAND_MODULES = (
     "rocky_vulkan.render",
     "rocky_vulkan.lint",
+    "rocky_vulkan.testmodel",
     "rocky_vulkan.sim",
 )
 
