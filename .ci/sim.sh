@@ -42,7 +42,7 @@ fi
 say "writing the CI test model"
 mkdir -p "$SIM/models"
 MODEL=$SIM/models/ci-tiny.gguf
-"$PY" -m rocky_vulkan.testmodel --preset tiny --out "$MODEL"
+"$PY" -c 'import sys; from rocky_vulkan.testmodel import write_preset; write_preset("tiny", sys.argv[1])' "$MODEL"
 
 say "slow simulator tests"
 ROCKY_SIM_ROOT=$SIM/root ROCKY_SIM_MODEL=$MODEL \
