@@ -27,7 +27,7 @@ from rocky_vulkan.sim.guest import (
     resolve_driver,
 )
 from rocky_vulkan.sim.root import VACOUNT_LIB, SimRoot
-from rocky_vulkan.sim.stats import parse_stats, stats_table
+from rocky_vulkan.sim.stats import compare_table, parse_stats, stats_table
 from rocky_vulkan.sim.sweep import first_error, run_one
 
 # ggml-vulkan's output format, as printed by ggml_vk_create_pipeline (two pipelines, one line
@@ -55,6 +55,14 @@ def test_parse_stats_keeps_pipelines_apart():
     assert "Registers" not in rows[1]
     table = stats_table(rows)
     assert "| matmul_q4_k_q8_1_2 | 604 | 714 | 64 | 2048 |" in table
+
+
+def test_compare_table_pairs_pipelines_by_name():
+    stock = parse_stats(STATS_SAMPLE)
+    tuned = [{"pipeline": "matmul_q4_k_q8_1_2", "Spills": "0", "Fills": "0", "Registers": "64"}]
+    table = compare_table(stock, tuned, "stock", "mali")
+    assert "| matmul_q4_k_q8_1_2 | 604 -> 0 | 714 -> 0 | 64 -> 64 | 2048 -> - |" in table
+    assert "| matmul_f16_f32_f16acc_aligned_2 | 543 -> - |" in table
 
 
 def test_parse_vacount_reads_fixed_width_fields():

@@ -26,7 +26,7 @@ from .guest import (
     resolve_program,
 )
 from .root import Bind, SimRoot, setup
-from .stats import DEFAULT_FILTER, collect_stats, stats_table
+from .stats import DEFAULT_FILTER, collect_stats, compare_table, stats_table
 from .sweep import DEFAULT_UBS, sweep, table
 
 
@@ -250,16 +250,25 @@ def _stats(args: argparse.Namespace) -> int:
     if not args.model.is_file():
         raise UserError(f"model {args.model} not found")
     driver = resolve_driver(root, args.driver)
-    rows = collect_stats(root, driver, args.model, args.out, args.filter, args.ub, args.llama_bench)
-    if not rows:
-        print(
-            f"no pipeline statistics matched {args.filter!r}; see {args.out}/stats.stderr",
-            file=sys.stderr,
-        )
-        return 1
-    (args.out / "stats.json").write_text(json.dumps(rows, indent=2) + "\n")
-    text = stats_table(rows)
-    (args.out / "stats.md").write_text(text)
+    runs = [args.llama_bench] + ([args.compare] if args.compare else [])
+    results = []
+    for i, program in enumerate(runs):
+        out = args.out / f"run{i}" if args.compare else args.out
+        rows = collect_stats(root, driver, args.model, out, args.filter, args.ub, program)
+        if not rows:
+            print(
+                f"no pipeline statistics matched {args.filter!r}; see {out}/stats.stderr",
+                file=sys.stderr,
+            )
+            return 1
+        (out / "stats.json").write_text(json.dumps(rows, indent=2) + "\n")
+        (out / "stats.md").write_text(stats_table(rows, program))
+        results.append(rows)
+    if args.compare:
+        text = compare_table(results[0], results[1], runs[0], runs[1])
+        (args.out / "compare.md").write_text(text)
+    else:
+        text = stats_table(results[0], args.llama_bench)
     print(text, end="")
     return 0
 

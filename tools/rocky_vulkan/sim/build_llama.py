@@ -52,7 +52,14 @@ def build_llama(
     host_tree = root.host_path(tree)
     say(f"copying {src} to {tree}")
     shutil.rmtree(host_tree, ignore_errors=True)
-    shutil.copytree(src, host_tree, ignore=shutil.ignore_patterns(".git", "build*"))
+    # Skip git data and a top-level build/ folder only (cmake/build-info.cmake must come along).
+    shutil.copytree(
+        src,
+        host_tree,
+        ignore=lambda d, names: [
+            n for n in names if n == ".git" or (Path(d) == src and n.startswith("build"))
+        ],
+    )
     for patch in patches:
         # git apply (on the host) takes no fuzz: context must match exactly.
         say(f"applying {patch.name} (git apply, no fuzz)")

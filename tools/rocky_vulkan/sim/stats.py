@@ -51,6 +51,26 @@ def stats_table(rows: list[dict[str, str]], label: str = "") -> str:
     return "\n".join(ln for ln in lines if ln) + "\n"
 
 
+def compare_table(
+    a: list[dict[str, str]], b: list[dict[str, str]], label_a: str, label_b: str
+) -> str:
+    """Pipelines present in either run, with each key statistic as `a -> b`."""
+    by_a = {r["pipeline"]: r for r in a}
+    by_b = {r["pipeline"]: r for r in b}
+    names = list(by_a) + [n for n in by_b if n not in by_a]
+    lines = [
+        f"{label_a} -> {label_b}",
+        "",
+        "| pipeline | " + " | ".join(KEY_STATS) + " |",
+        "| --- | " + " | ".join("---:" for _ in KEY_STATS) + " |",
+    ]
+    for name in names:
+        ra, rb = by_a.get(name, {}), by_b.get(name, {})
+        cells = [f"{ra.get(k, '-')} -> {rb.get(k, '-')}" for k in KEY_STATS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def collect_stats(
     root: SimRoot,
     driver: Driver,
