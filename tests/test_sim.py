@@ -30,14 +30,15 @@ from rocky_vulkan.sim.root import VACOUNT_LIB, SimRoot
 from rocky_vulkan.sim.stats import compare_table, parse_stats, stats_table
 from rocky_vulkan.sim.sweep import first_error, run_one
 
-# ggml-vulkan's output format, as printed by ggml_vk_create_pipeline (two pipelines, one line
-# of unrelated output between them).
+# ggml-vulkan's output format (ggml_vk_create_pipeline) with panvk's statistic names, as seen on
+# the simulated G610 (two pipelines, one line of unrelated output between them).
 STATS_SAMPLE = """\
 ggml_vulkan: pipeline stats for matmul_q4_k_q8_1_2:
 ggml_vulkan:   Spills: 604
 ggml_vulkan:   Fills: 714
-ggml_vulkan:   Registers: 64
-ggml_vulkan:   Threads: 2048
+ggml_vulkan:   Registers used: 64
+ggml_vulkan:   Threads: 1
+ggml_vulkan:   Spill cost: 38520
 llama_model_loader: loaded meta data
 ggml_vulkan: pipeline stats for matmul_f16_f32_f16acc_aligned_2:
 ggml_vulkan:   Spills: 543
@@ -51,17 +52,19 @@ def test_parse_stats_keeps_pipelines_apart():
         "matmul_q4_k_q8_1_2",
         "matmul_f16_f32_f16acc_aligned_2",
     ]
-    assert rows[0]["Spills"] == "604" and rows[0]["Threads"] == "2048"
-    assert "Registers" not in rows[1]
+    assert rows[0]["Spills"] == "604" and rows[0]["Spill cost"] == "38520"
+    assert "Registers used" not in rows[1]
     table = stats_table(rows)
-    assert "| matmul_q4_k_q8_1_2 | 604 | 714 | 64 | 2048 |" in table
+    assert "| matmul_q4_k_q8_1_2 | 604 | 714 | 64 | 1 | 38520 |" in table
 
 
 def test_compare_table_pairs_pipelines_by_name():
     stock = parse_stats(STATS_SAMPLE)
-    tuned = [{"pipeline": "matmul_q4_k_q8_1_2", "Spills": "0", "Fills": "0", "Registers": "64"}]
+    tuned = [
+        {"pipeline": "matmul_q4_k_q8_1_2", "Spills": "0", "Fills": "0", "Registers used": "64"}
+    ]
     table = compare_table(stock, tuned, "stock", "mali")
-    assert "| matmul_q4_k_q8_1_2 | 604 -> 0 | 714 -> 0 | 64 -> 64 | 2048 -> - |" in table
+    assert "| matmul_q4_k_q8_1_2 | 604 -> 0 | 714 -> 0 | 64 -> 64 | 1 -> - | 38520 -> - |" in table
     assert "| matmul_f16_f32_f16acc_aligned_2 | 543 -> - |" in table
 
 

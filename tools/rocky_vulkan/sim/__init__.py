@@ -120,6 +120,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_FILTER,
         help="GGML_VK_PIPELINE_STATS pipeline-name substring (default: %(default)s)",
     )
+    p.add_argument(
+        "--compare",
+        default=None,
+        metavar="LLAMA_BENCH",
+        help="a second llama-bench inside the root (e.g. the patched build), shown side by side",
+    )
     p.add_argument("--ub", type=int, default=512)
     p.add_argument("--out", type=Path, required=True, help="folder for the log and stats.json/md")
     p.set_defaults(func=_stats)

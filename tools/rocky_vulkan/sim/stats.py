@@ -19,7 +19,7 @@ DEFAULT_FILTER = "matmul"
 _HEADER = re.compile(r"ggml_vulkan: pipeline stats for (\S+):\s*$")
 _STAT = re.compile(r"ggml_vulkan:\s{2,}([^:]+):\s*(\S+)\s*$")
 # Columns shown first; any other statistic panvk reports follows in name order.
-KEY_STATS = ("Spills", "Fills", "Registers", "Threads")
+KEY_STATS = ("Spills", "Fills", "Registers used", "Threads", "Spill cost")
 
 
 def parse_stats(stderr: str) -> list[dict[str, str]]:
