@@ -37,7 +37,6 @@ if ! "$PY" -m rocky_vulkan.sim setup 2> >(tee "$SIM/setup.err" >&2); then
 		exit 1
 	fi
 fi
-"$PY" -m rocky_vulkan.sim versions
 
 say "writing the CI test model"
 mkdir -p "$SIM/models"

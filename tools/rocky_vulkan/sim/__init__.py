@@ -140,6 +140,12 @@ def _register_build(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--build-number", default="9101", help="LLAMA_BUILD_NUMBER")
     p.add_argument("--build-commit", default="389ff61", help="LLAMA_BUILD_COMMIT")
     p.add_argument("-j", "--jobs", type=int, default=2)
+    p.add_argument(
+        "--in-tree",
+        default=None,
+        metavar="NAME",
+        help="apply the patches on top of build NAME's tree and rebuild incrementally",
+    )
     p.set_defaults(func=_build)
 
 
@@ -149,7 +155,14 @@ def _build(args: argparse.Namespace) -> int:
     if not root.stamp().get("cross"):
         raise UserError("the root has no cross toolchain; run `rocky-vulkan sim setup --cross`")
     path = build_llama(
-        root, args.src, args.patch, args.name, args.build_number, args.build_commit, args.jobs
+        root,
+        args.src,
+        args.patch,
+        args.name,
+        args.build_number,
+        args.build_commit,
+        args.jobs,
+        args.in_tree,
     )
     print(path)
     return 0
@@ -167,6 +180,8 @@ def _print_versions(root: SimRoot) -> None:
         **{f"{n}:{pins.GUEST_ARCH}": v for n, v in pins.GUEST_PACKAGES.items()},
     }
     for name, version in installed.items():
+        if name in pins.CROSS_PACKAGES and not version:
+            continue  # the cross toolchain is optional (`sim setup --cross`)
         pin = wanted.get(name)
         mark = "" if pin is None else (" (pinned)" if pin == version else f" (pin: {pin})")
         print(f"{name} {version or 'not installed'}{mark}")

@@ -27,6 +27,19 @@ set(PKG_CONFIG_EXECUTABLE /usr/bin/aarch64-linux-gnu-pkg-config)
 """
 
 
+def _copy_tree(src: Path, dest: Path) -> None:
+    say(f"copying {src} to {dest}")
+    shutil.rmtree(dest, ignore_errors=True)
+    # Skip git data and a top-level build/ folder only (cmake/build-info.cmake must come along).
+    shutil.copytree(
+        src,
+        dest,
+        ignore=lambda d, names: [
+            n for n in names if n == ".git" or (Path(d) == src and n.startswith("build"))
+        ],
+    )
+
+
 def build_llama(
     root: SimRoot,
     src: Path,
@@ -35,8 +48,13 @@ def build_llama(
     build_number: str,
     build_commit: str,
     jobs: int = 2,
+    in_tree: str | None = None,
 ) -> str:
-    """Build and return the path (inside the root) of the cross-built llama-bench."""
+    """Build and return the path (inside the root) of the cross-built llama-bench.
+
+    With `in_tree`, the patches go on top of that earlier build's tree and build folder, so only
+    what they touch is rebuilt (its llama-bench was already copied out under its own name).
+    """
     if not (src / "CMakeLists.txt").is_file() or not (src / "ggml").is_dir():
         raise UserError(f"{src} is not a llama.cpp source tree (no CMakeLists.txt and ggml/)")
     shaders = src / "ggml/src/ggml-vulkan/vulkan-shaders"
@@ -48,18 +66,13 @@ def build_llama(
     for patch in patches:
         if not patch.is_file():
             raise UserError(f"patch {patch} not found")
-    tree = f"/opt/rocky/src/llama-{name}"
+    tree = f"/opt/rocky/src/llama-{in_tree or name}"
     host_tree = root.host_path(tree)
-    say(f"copying {src} to {tree}")
-    shutil.rmtree(host_tree, ignore_errors=True)
-    # Skip git data and a top-level build/ folder only (cmake/build-info.cmake must come along).
-    shutil.copytree(
-        src,
-        host_tree,
-        ignore=lambda d, names: [
-            n for n in names if n == ".git" or (Path(d) == src and n.startswith("build"))
-        ],
-    )
+    if in_tree and not (host_tree / "build/build.ninja").is_file():
+        raise UserError(f"no earlier build in {tree}: build --name {in_tree} first")
+    if not in_tree:
+        _copy_tree(src, host_tree)
+
     for patch in patches:
         # git apply (on the host) takes no fuzz: context must match exactly.
         say(f"applying {patch.name} (git apply, no fuzz)")
@@ -72,7 +85,9 @@ def build_llama(
         )
         if proc.returncode != 0:
             raise UserError(f"{patch} does not apply to {src} exactly:\n{proc.stderr[-2000:]}")
-    root.host_path(f"{tree}/aarch64.cmake").write_text(TOOLCHAIN)
+    toolchain = root.host_path(f"{tree}/aarch64.cmake")
+    if not toolchain.exists() or toolchain.read_text() != TOOLCHAIN:
+        toolchain.write_text(TOOLCHAIN)
     prefix = f"/opt/rocky/llama-{name}"
     configure = [
         "cmake", "-S", tree, "-B", f"{tree}/build", "-G", "Ninja",
