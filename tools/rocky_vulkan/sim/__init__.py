@@ -103,6 +103,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--prompt", type=int, default=512, help="pp tokens (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per ub")
+    p.add_argument(
+        "--llama-bench",
+        default="/usr/bin/llama-bench",
+        help="llama-bench inside the root (e.g. a `sim build-llama` one)",
+    )
+    p.add_argument(
+        "-e", "--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment"
+    )
     p.add_argument("--out", type=Path, required=True, help="folder for logs and sweep.json/md")
     p.set_defaults(func=_sweep)
 
@@ -125,6 +133,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         metavar="LLAMA_BENCH",
         help="a second llama-bench inside the root (e.g. the patched build), shown side by side",
+    )
+    p.add_argument(
+        "-e",
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the (first) run",
+    )
+    p.add_argument(
+        "--compare-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the --compare run (e.g. GGML_VK_MALI_WARPTILE=force)",
     )
     p.add_argument("--ub", type=int, default=512)
     p.add_argument("--out", type=Path, required=True, help="folder for the log and stats.json/md")
@@ -260,7 +283,18 @@ def _sweep(args: argparse.Namespace) -> int:
         raise UserError(f"--ubs {args.ubs!r}: want comma-separated integers") from err
     driver = resolve_driver(root, args.driver)
     label = f"{driver.name} ({driver_version(root, driver)})"
-    results = sweep(root, driver, label, args.model, ubs, args.out, args.prompt, args.timeout)
+    results = sweep(
+        root,
+        driver,
+        label,
+        args.model,
+        ubs,
+        args.out,
+        args.prompt,
+        args.timeout,
+        _parse_env(args.env),
+        args.llama_bench,
+    )
     print(table(results, label), end="")
     return 0
 
@@ -271,11 +305,16 @@ def _stats(args: argparse.Namespace) -> int:
     if not args.model.is_file():
         raise UserError(f"model {args.model} not found")
     driver = resolve_driver(root, args.driver)
-    runs = [args.llama_bench] + ([args.compare] if args.compare else [])
+    runs = [(args.llama_bench, _parse_env(args.env))]
+    if args.compare:
+        runs.append((args.compare, _parse_env(args.compare_env)))
+    labels = [" ".join([*(f"{k}={v}" for k, v in env.items()), prog]) for prog, env in runs]
     results = []
-    for i, program in enumerate(runs):
+    for i, (program, env) in enumerate(runs):
         out = args.out / f"run{i}" if args.compare else args.out
-        rows = collect_stats(root, driver, args.model, out, args.filter, args.ub, program)
+        rows = collect_stats(
+            root, driver, args.model, out, args.filter, args.ub, program, extra_env=env
+        )
         if not rows:
             print(
                 f"no pipeline statistics matched {args.filter!r}; see {out}/stats.stderr",
@@ -283,13 +322,13 @@ def _stats(args: argparse.Namespace) -> int:
             )
             return 1
         (out / "stats.json").write_text(json.dumps(rows, indent=2) + "\n")
-        (out / "stats.md").write_text(stats_table(rows, program))
+        (out / "stats.md").write_text(stats_table(rows, labels[i]))
         results.append(rows)
     if args.compare:
-        text = compare_table(results[0], results[1], runs[0], runs[1])
+        text = compare_table(results[0], results[1], labels[0], labels[1])
         (args.out / "compare.md").write_text(text)
     else:
-        text = stats_table(results[0], args.llama_bench)
+        text = stats_table(results[0], labels[0])
     print(text, end="")
     return 0
 

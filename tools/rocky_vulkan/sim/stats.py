@@ -80,10 +80,11 @@ def collect_stats(
     ub: int = 512,
     program: str = "/usr/bin/llama-bench",
     timeout: float = 1800,
+    extra_env: dict[str, str] | None = None,
 ) -> list[dict[str, str]]:
     """Run llama-bench once with GGML_VK_PIPELINE_STATS and return the parsed statistics."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    env = guest_env(driver, None, {"GGML_VK_PIPELINE_STATS": name_filter})
+    env = guest_env(driver, None, {"GGML_VK_PIPELINE_STATS": name_filter, **(extra_env or {})})
     # The statistics are printed when a pipeline is compiled; a cached pipeline is compiled
     # again by ggml (the Mesa cache only makes it fast), so reruns still print them.
     argv = guest_argv(program, bench_argv(f"{MODEL_DIR}/{model.name}", ub, 512, 1), env)

@@ -165,15 +165,21 @@ def sweep(
     out_dir: Path,
     prompt: int = 512,
     timeout: float = 1800,
+    extra_env: dict[str, str] | None = None,
+    program: str = "/usr/bin/llama-bench",
 ) -> list[UbResult]:
     results = []
     for ub in ubs:
-        results.append(run_one(root, driver, model, ub, out_dir, prompt, timeout))
+        results.append(
+            run_one(root, driver, model, ub, out_dir, prompt, timeout, extra_env, program)
+        )
         say(table(results[-1:], driver_label).splitlines()[-1])
     summary = {
         "driver": driver_label,
         "model": str(model),
         "prompt": prompt,
+        "llama_bench": program,
+        "env": extra_env or {},
         "results": [asdict(r) for r in results],
     }
     (out_dir / "sweep.json").write_text(json.dumps(summary, indent=2) + "\n")
