@@ -305,11 +305,13 @@ def setup(
     if extra_drivers:
         for name, spec in pins.EXTRA_DRIVERS.items():
             drivers[name] = install_debian_driver(root, name, spec)
+    versions = root.installed_versions(pins.query_names())
     stamp = {
         "suite": pins.SUITE,
         "pinned": pinned,
-        "cross": cross,
-        "versions": root.installed_versions(pins.query_names()),
+        # Installed now, by this run or an earlier `--cross` one.
+        "cross": all(versions[name] for name in pins.CROSS_PACKAGES),
+        "versions": versions,
         "extra_drivers": drivers,
     }
     (root.path / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
