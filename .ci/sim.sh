@@ -29,8 +29,10 @@ fi
 
 say "sim setup (root: $SIM/root)"
 mkdir -p "$SIM"
-if ! "$PY" -m rocky_vulkan.sim setup 2> >(tee "$SIM/setup.err" >&2); then
-	if grep -q "no longer in" "$SIM/setup.err"; then
+rc=0
+"$PY" -m rocky_vulkan.sim setup 2>&1 | tee "$SIM/setup.log" || rc=${PIPESTATUS[0]}
+if [ "$rc" != 0 ]; then
+	if grep -q "no longer in" "$SIM/setup.log"; then
 		say "WARNING: pinned versions left Debian sid; using the current ones (printed below)"
 		"$PY" -m rocky_vulkan.sim setup --float
 	else

@@ -204,24 +204,17 @@ def _build_vacount(root: SimRoot) -> None:
     src = resources.files("rocky_vulkan").joinpath("data/sim-vacount.c").read_text()
     lib_dir = root.host_path(os.path.dirname(VACOUNT_LIB))
     lib_dir.mkdir(parents=True, exist_ok=True)
-    (lib_dir / "vacount.c").write_text(src)
+    copy = lib_dir / "vacount.c"
+    if root.host_path(VACOUNT_LIB).exists() and copy.exists() and copy.read_text() == src:
+        return  # built from this source already (and maybe mapped by a running program)
+    copy.write_text(src)
     say("cross-building the private-VA counter " + VACOUNT_LIB)
     root.run(
-        [
-            "aarch64-linux-gnu-gcc",
-            "-O2",
-            "-Wall",
-            "-Werror",
-            "-shared",
-            "-fPIC",
-            "-o",
-            VACOUNT_LIB,
-            f"{os.path.dirname(VACOUNT_LIB)}/vacount.c",
-            "-ldl",
-            "-lpthread",
-        ],
+        ["aarch64-linux-gnu-gcc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-o",
+         VACOUNT_LIB + ".tmp", f"{os.path.dirname(VACOUNT_LIB)}/vacount.c", "-ldl", "-lpthread"],
         capture=True,
-    )
+    )  # fmt: skip
+    os.replace(root.host_path(VACOUNT_LIB + ".tmp"), root.host_path(VACOUNT_LIB))
 
 
 def _extra_suite_opts(tag: str) -> list[str]:
@@ -244,6 +237,12 @@ def install_debian_driver(root: SimRoot, name: str, spec: dict) -> str:
     the one apt knows about. Returns the version label.
     """
     version, suites = spec["version"], spec["suites"]
+    dest = f"{DRIVERS_DIR}/{name}"
+    label = f"Debian {version} ({suites[-1]})"
+    done = root.host_path(dest) / "version"
+    if done.exists() and done.read_text().strip() == label:
+        say(f"driver {name} ({label}) already unpacked")
+        return label
     base = root.host_path(f"/var/lib/rocky-sim/{name}")
     (base.parent / f"{name}-lists" / "partial").mkdir(parents=True, exist_ok=True)
     (base.parent / f"{name}.list").write_text(
@@ -252,7 +251,6 @@ def install_debian_driver(root: SimRoot, name: str, spec: dict) -> str:
     opts = _extra_suite_opts(name)
     if root.apt([*opts, "update"]).returncode != 0:
         raise UserError(f"apt-get update for {', '.join(suites)} failed in the simulator root")
-    dest = f"{DRIVERS_DIR}/{name}"
     shutil.rmtree(root.host_path(dest), ignore_errors=True)
     root.host_path(dest + "/debs").mkdir(parents=True)
     arch = pins.GUEST_ARCH
@@ -275,8 +273,8 @@ def install_debian_driver(root: SimRoot, name: str, spec: dict) -> str:
     write_icd(root, dest, f"{libdir}/libvulkan_panfrost.so")
     (root.host_path(dest) / "shim").write_text(f"{libdir}/libpanfrost_noop_drm_shim.so\n")
     (root.host_path(dest) / "libpath").write_text(libdir + "\n")
-    label = f"Debian {version} ({suites[-1]})"
-    (root.host_path(dest) / "version").write_text(label + "\n")
+    # Written last: its presence means the unpack finished.
+    done.write_text(label + "\n")
     return label
 
 
