@@ -207,14 +207,17 @@ def _build_vacount(root: SimRoot) -> None:
     copy = lib_dir / "vacount.c"
     if root.host_path(VACOUNT_LIB).exists() and copy.exists() and copy.read_text() == src:
         return  # built from this source already (and maybe mapped by a running program)
-    copy.write_text(src)
+    (lib_dir / "vacount.c.new").write_text(src)
     say("cross-building the private-VA counter " + VACOUNT_LIB)
     root.run(
-        ["aarch64-linux-gnu-gcc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-o",
-         VACOUNT_LIB + ".tmp", f"{os.path.dirname(VACOUNT_LIB)}/vacount.c", "-ldl", "-lpthread"],
+        ["aarch64-linux-gnu-gcc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-x", "c",
+         "-o", VACOUNT_LIB + ".tmp", f"{os.path.dirname(VACOUNT_LIB)}/vacount.c.new", "-ldl",
+         "-lpthread"],
         capture=True,
     )  # fmt: skip
+    # The source copy is renamed last: it marks the library as built from it.
     os.replace(root.host_path(VACOUNT_LIB + ".tmp"), root.host_path(VACOUNT_LIB))
+    os.replace(lib_dir / "vacount.c.new", copy)
 
 
 def _extra_suite_opts(tag: str) -> list[str]:
