@@ -18,8 +18,8 @@
  * allocated, which corrupts the heap (glibc aborts with "double free" or
  * "corrupted size").  On a board the kernel has no such limit, and panvk's
  * own private VA heap is what runs out.  So BOs created with
- * DRM_PANTHOR_BO_NO_MMAP (TLS, WLS, tiler heap: never touched by the CPU)
- * are created in the shim with one page and reported back with the size
+ * DRM_PANTHOR_BO_NO_MMAP (the TLS pool, ring buffers: GPU-only memory the
+ * CPU cannot map) are created in the shim with one page and reported back with the size
  * panvk asked for; set ROCKY_SHIM_FULL_BOS=1 to turn this off.
  */
 #define _GNU_SOURCE
