@@ -45,7 +45,15 @@ mkdir -p "$SIM/models"
 MODEL=$SIM/models/ci-tiny.gguf
 "$PY" -c 'import sys; from rocky_vulkan.testmodel import write_preset; write_preset("tiny", sys.argv[1])' "$MODEL"
 
+# ROCKY_SIM_FULL=1 adds the private-VA exhaustion test: +3 GB of disk, about 70 s to write the
+# model and a few minutes of cold shader compilation.
+BIG=
+if [ "${ROCKY_SIM_FULL:-0}" = 1 ]; then
+	BIG=$SIM/models/q3b-shape-36l-q8_0.gguf
+	[ -f "$BIG" ] || "$PY" -c 'import sys; from rocky_vulkan.testmodel import write_preset; write_preset("qwen2.5-3b-shape", sys.argv[1], n_layer=36)' "$BIG"
+fi
+
 say "slow simulator tests"
-ROCKY_SIM_ROOT=$SIM/root ROCKY_SIM_MODEL=$MODEL \
+ROCKY_SIM_ROOT=$SIM/root ROCKY_SIM_MODEL=$MODEL ROCKY_SIM_BIG_MODEL=$BIG \
 	"$PY" -m pytest -q -m slow tests/test_sim.py -rs
 say "done in $(($(date +%s) - start)) s"

@@ -5,6 +5,8 @@ made by `rocky-vulkan sim setup`; they need:
   ROCKY_SIM_ROOT   the root folder (e.g. /var/cache/rocky-vulkan/sim/root); unset: skipped
   ROCKY_SIM_MODEL  a small GGUF for the llama-bench test (e.g. written by testmodel); unset:
                    that test is skipped
+  ROCKY_SIM_BIG_MODEL  testmodel's qwen2.5-3b-shape preset with 36 layers (Q8_0, 3 GB); unset:
+                   the private-VA exhaustion test is skipped
 """
 
 from __future__ import annotations
@@ -195,3 +197,20 @@ def test_llama_bench_ub64_runs_on_the_simulated_g610(root, tmp_path):
     rows = json.loads((tmp_path / "bench-ub64.json").read_text())
     assert rows[0]["n_ubatch"] == 64 and "Mali-G610" in rows[0]["gpu_info"]
     assert result.priv_va_peak_mib and result.priv_va_peak_mib > 0
+
+
+BIG_MODEL_ENV = os.environ.get("ROCKY_SIM_BIG_MODEL")
+
+
+@pytest.mark.slow
+@needs_root
+@pytest.mark.skipif(not BIG_MODEL_ENV, reason="ROCKY_SIM_BIG_MODEL not set (36-layer 3B shape)")
+def test_stock_panvk_runs_out_of_private_va_on_a_3b_shape(root, tmp_path):
+    # The reference failure, from registry packages only: Debian's llama.cpp + panvk, 36 layers
+    # of Qwen2.5-3B's shapes, ub 512. It must fail in vkEndCommandBuffer, not in the shim.
+    driver = resolve_driver(root, "stock")
+    result = run_one(root, driver, Path(BIG_MODEL_ENV), 512, tmp_path, timeout=1500)
+    assert not result.ok
+    assert "vk::CommandBuffer::end: ErrorOutOfDeviceMemory" in result.error, result.error
+    # The private heap is [user_va_start, 4 GiB): it was nearly full when the map failed.
+    assert result.priv_va_peak_mib is not None and result.priv_va_peak_mib > 3500
