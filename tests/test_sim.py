@@ -119,7 +119,7 @@ def test_guest_env_goes_through_qemu_not_the_host(tmp_path):
 
 
 def test_driver_built_for_the_host_is_refused(tmp_path):
-    # A real amd64 ELF (this interpreter's) stands in for an amd64 panvk build.
+    # A real amd64 ELF (/bin/true) stands in for an amd64 panvk build.
     drv = tmp_path / "drv"
     drv.mkdir()
     shutil.copy(os.path.realpath("/bin/true"), drv / "libvulkan_panfrost.so")
