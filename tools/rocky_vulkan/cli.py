@@ -19,7 +19,7 @@ COMMAND_MODULES = (
     "rocky_vulkan.model",
     "rocky_vulkan.report",
     "rocky_vulkan.llama_sources",
-    "rocky_vulkan.sim.cli",
+    "rocky_vulkan.sim",
 )
 
 
