@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import socket
 import threading
 import time
@@ -103,6 +104,7 @@ def _project(tmp_path: Path, url: str, sha: str | None) -> Path:
     )
     path = tmp_path / "rocky-vulkan.yaml"
     path.write_text(head + "\nmodel:\n" + model)
+    shutil.copytree(ROOT / "patches", tmp_path / "patches")  # the config names patches
     return path
 
 

@@ -52,7 +52,7 @@ def test_patches_listed_in_config_are_copied_and_wired(project):
     patch.write_bytes(b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n")
     path = project / "rocky-vulkan.yaml"
     text = path.read_text().replace(
-        "build_number: 9101\n  patches: []", "build_number: 9101\n  patches: [0001-test.patch]"
+        "patches: [llama.cpp-mali-mmq-warptile.patch]", "patches: [0001-test.patch]"
     )
     path.write_text(text)
     files = render_mod.render_files(load_config(path))
