@@ -16,7 +16,9 @@ PATCH=$REPO/patches/llama.cpp-mali-mmq-warptile.patch
 PY=${ROCKY_PYTHON:-python3}
 PYTEST_PY=${ROCKY_PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3)}
 JOBS=${ROCKY_JOBS:-2}
-GGML_GIT=${ROCKY_GGML_GIT:-/work/.mirror/ggml-org+ggml/repo}
+# Opt-in: a ggml-org/ggml git dir at f76511eb, brought by hand; no registry carries the pin's
+# shaders, so CI runs only the PyPI patch check unless a person points this at one.
+GGML_GIT=${ROCKY_GGML_GIT:-}
 export PYTHONPATH=$REPO/tools${PYTHONPATH:+:$PYTHONPATH}
 t0=$(date +%s)
 step() { echo "=== [llama $(( $(date +%s) - t0 ))s] $*"; }
@@ -57,8 +59,8 @@ BIN=$DEST/bin
 if [ -x "$BIN/test-backend-ops" ] && [ -x "$BIN/llama-simple" ]; then
     step "build cached: $BIN"
 else
-    if [ ! -d "$GGML_GIT" ]; then
-        echo "llama: no ggml git dir with the pin's shader blobs at $GGML_GIT (set ROCKY_GGML_GIT)."
+    if [ -z "$GGML_GIT" ] || [ ! -d "$GGML_GIT" ]; then
+        echo "llama: no ggml git dir with the pin's shader blobs (set ROCKY_GGML_GIT=DIR; docs/verification/llama-patch.md)."
         echo "llama: PyPI has no sdist whose shaders all match the pin; the build is skipped, the patch check above passed."
         exit 0
     fi
