@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 
 from .errors import UserError
 
@@ -37,13 +38,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except UserError as err:
         print(f"rocky-vulkan: error: {err}", file=sys.stderr)
         return err.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    return _dispatch(build_parser(), argv)
+
+
+def run_subcommand(register: Callable, name: str, argv: list[str] | None = None) -> int:
+    """`rocky-vulkan NAME ARGS` with only that module imported (for `python -m` entry points
+    that run where the rest of the CLI's dependencies may be missing)."""
+    parser = argparse.ArgumentParser(prog="rocky-vulkan")
+    register(parser.add_subparsers(dest="command", required=True))
+    return _dispatch(parser, [name, *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

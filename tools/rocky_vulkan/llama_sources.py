@@ -323,14 +323,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point without the full CLI (for CI scripts that only have the standard library)."""
-    parser = argparse.ArgumentParser(prog="rocky-vulkan")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["llama-src", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.func(args) or 0)
-    except UserError as err:
-        print(f"rocky-vulkan: error: {err}", file=sys.stderr)
-        return err.exit_code
+    from .cli import run_subcommand
+
+    return run_subcommand(register, "llama-src", argv)
 
 
 if __name__ == "__main__":

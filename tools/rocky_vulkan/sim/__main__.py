@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from ..errors import UserError
+from ..cli import run_subcommand
 from . import register
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rocky-vulkan")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["sim", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.func(args) or 0)
-    except UserError as err:
-        print(f"rocky-vulkan: error: {err}", file=sys.stderr)
-        return err.exit_code
+    return run_subcommand(register, "sim", argv)
 
 
 if __name__ == "__main__":
