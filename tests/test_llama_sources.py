@@ -7,6 +7,7 @@ ROCKY_LLAMA_SRC_DIR may name an already prepared (patched) tree for the tile tes
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -106,6 +107,21 @@ def test_prepare_without_shader_source_fails_loudly_and_leaves_nothing(tmp_path)
         ls.prepare(dest, patches=[PATCH], cache=Path(cache))
     assert not dest.exists()
     assert not list(tmp_path.glob(".tree.tmp-*"))
+
+
+def test_cpu_tree_is_the_whole_pinned_tree_verified_and_unpatched(tmp_path):
+    cache = os.environ.get("ROCKY_LLAMA_SDIST_CACHE")
+    if not cache:
+        pytest.skip("ROCKY_LLAMA_SDIST_CACHE unset: no PyPI sdists for this test")
+    tree = ls.prepare(tmp_path / "cpu", patches=[PATCH], cache=Path(cache), cpu_only=True)
+    for rel in ("CMakeLists.txt", "tools/llama-bench/llama-bench.cpp", "examples/simple"):
+        assert (tree / rel).exists(), rel
+    vk = tree / "ggml/src/ggml-vulkan/ggml-vulkan.cpp"
+    assert ls.git_blob(vk.read_bytes()) == ls.blob_table()["ggml/src/ggml-vulkan/ggml-vulkan.cpp"]
+    assert not (tree / "ggml/src/ggml-vulkan/vulkan-shaders/mul_mmq.comp").exists()
+    stamp = json.loads((tree / ls.STAMP).read_text())
+    assert stamp["cpu_only"] is True and stamp["verified_files"] >= 1
+    assert stamp["patches"][PATCH.name].startswith("not applied")
 
 
 @pytest.fixture(scope="module")

@@ -200,11 +200,15 @@ def prepare(
     cache: Path,
     ggml_git: Path | None = None,
     check_only: bool = False,
+    cpu_only: bool = False,
     force: bool = False,
 ) -> Path:
     """Build the pinned, verified, patched tree at `dest` and return it.
 
     check_only: assemble just the files the patches touch, from PyPI alone (the CI apply check).
+    cpu_only: the whole tree from PyPI alone, for a build without the Vulkan backend: the
+      ggml-vulkan files the sdist has are verified, the shaders are absent and the patches,
+      which touch ggml-vulkan only, are not applied (the stamp says so).
     """
     dest = Path(dest).resolve()
     if dest.exists() and not force:
@@ -227,8 +231,12 @@ def prepare(
         prefix = f"{TREE_SDIST[0].replace('-', '_')}-{TREE_SDIST[1]}/llama.cpp/"
         _extract_prefix(tree_sdist, prefix, tmp, only=set(touched) if check_only else None)
         wanted = touched if check_only else sorted(table)
+        if cpu_only:
+            wanted = [p for p in wanted if (tmp / p).is_file()]
         missing = [p for p in wanted if not (tmp / p).is_file()]
-        if ggml_git is not None and not check_only:
+        if cpu_only:
+            origin = "none (CPU-only tree: no shaders)"
+        elif ggml_git is not None and not check_only:
             origin = f"ggml git {ggml_git}"
             blobs = _ggml_blobs(Path(ggml_git), [table[p] for p in missing])
             for rel in missing:
@@ -253,15 +261,21 @@ def prepare(
             )
         _check_blobs(tmp, table, wanted)
         print(f"verified {len(wanted)} ggml-vulkan files against the pin's git blobs", flush=True)
-        apply_patches(tmp, patches)
+        if not cpu_only:
+            apply_patches(tmp, patches)
         stamp = {
             "llama_commit": LLAMA_COMMIT,
             "build_number": LLAMA_BUILD,
             "tree": f"PyPI {TREE_SDIST[0]}=={TREE_SDIST[1]}",
             "shaders": origin,
             "check_only": check_only,
+            "cpu_only": cpu_only,
             "verified_files": len(wanted),
-            "patches": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in patches},
+            "patches": {
+                p.name: "not applied: ggml-vulkan is not built" if cpu_only
+                else hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in patches
+            },
             "source_key": source_key(patches),
         }
         (tmp / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
@@ -286,6 +300,7 @@ def _run_prepare(args: argparse.Namespace) -> int:
         cache=Path(args.cache),
         ggml_git=Path(args.ggml_git) if args.ggml_git else None,
         check_only=args.command_llama == "check",
+        cpu_only=args.command_llama == "cpu-tree",
         force=args.force,
     )
     print(out)
@@ -303,6 +318,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, helptext in (
         ("prepare", "full verified tree (shaders need --ggml-git)"),
         ("check", "PyPI only: verify and patch the files the patches touch"),
+        ("cpu-tree", "PyPI only: the whole tree for a CPU-only build (no shaders, unpatched)"),
     ):
         q = sub.add_parser(name, help=helptext)
         q.add_argument("dir", help="output directory (created atomically)")
