@@ -272,7 +272,8 @@ def prepare(
             "cpu_only": cpu_only,
             "verified_files": len(wanted),
             "patches": {
-                p.name: "not applied: ggml-vulkan is not built" if cpu_only
+                p.name: "not applied: ggml-vulkan is not built"
+                if cpu_only
                 else hashlib.sha256(p.read_bytes()).hexdigest()
                 for p in patches
             },
