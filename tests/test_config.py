@@ -45,8 +45,8 @@ BAD_CASES = [
         "40-hex-digit",
     ),
     (
-        "sha256: 7725004e724b34c6d4fbaf5c48fc6c6223aa9f2741d6d7782c699b049356fc45",
-        "sha256: 7725004e",
+        "sha256: efd4bb08cdb7c365a812cd4e6c9202ab55b2f22cdcd13c7d6c4f9647b799a4ef",
+        "sha256: efd4bb08",
         "mesa.sha256",
         "64 lower-case hex",
     ),
@@ -65,7 +65,7 @@ BAD_CASES = [
     ("  repetitions: 3", "  repetitions: three", "selftest.repetitions", "integer"),
     ("  build_number: 9101", "  build_number: '9101'", "llama_cpp.build_number", "release number"),
     (
-        "  patches: []\n\nllama_cpp",
+        "  patches: [mesa-panvk-shared-tls-wls.patch]\n\nllama_cpp",
         "  patches: [missing.patch]\n\nllama_cpp",
         "mesa.patches[0]",
         "'missing.patch' is not in",

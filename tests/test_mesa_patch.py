@@ -2,8 +2,9 @@
 
 No Mesa source is reachable from CI, so the fast tests check what the patch file itself can show:
 it is `git format-patch` output with the OE headers, git parses it, it touches only the panvk CSF
-allocation code, and its pre-image blob ids are those of the tree it was verified against (Mesa
-26.2.0-rc1 as imported in leegao/mesa-26.2 commit 3c34d70; see docs/verification/mesa-patch.md).
+allocation code, its pre-image blob ids are those of the tree it was verified against (Mesa
+26.2.0-rc1 as imported in leegao/mesa-26.2 commit 3c34d70, whose six touched files 26.2.0 keeps;
+see docs/verification/mesa-patch.md), and the layer applies it to the checked release.
 
 The slow test needs a Mesa tree: set ROCKY_MESA_SRC to its directory (for instance one made by
 `tools/scripts/mesa-panvk-build.sh build`, under $ROCKY_CACHE/mesa/root-sid/work/mesa-*/src). It
@@ -110,3 +111,26 @@ def test_patch_applies_without_fuzz_to_mesa_tree(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     checked = re.findall(r"^Checking patch (\S+)\.\.\.$", out.stderr, re.M)
     assert sorted(checked) == sorted(VERIFIED_BLOBS)
+
+
+# The Mesa releases whose six touched files are known to be the verified ones
+# (docs/verification/mesa-patch.md, "The pin"); 26.2.4 and later already carry 81db71cfba0.
+CHECKED_RELEASES = {"26.2.0"}
+
+
+def test_layer_applies_the_patch_to_a_checked_release() -> None:
+    from rocky_vulkan.config import load_config
+
+    cfg = load_config(REPO / "rocky-vulkan.yaml")
+    assert PATCH.name in cfg.mesa.patches
+    assert cfg.mesa.version in CHECKED_RELEASES, (
+        f"Mesa {cfg.mesa.version} is pinned, but the panvk patch was checked for "
+        f"{sorted(CHECKED_RELEASES)} only: re-check it (docs/verification/mesa-patch.md)"
+    )
+    mesa = REPO / "meta-rocky-vulkan" / "recipes-graphics" / "mesa"
+    assert (mesa / "files" / PATCH.name).read_bytes() == PATCH.read_bytes()
+    bbappend = (mesa / "mesa.bbappend").read_text()
+    assert f"file://{PATCH.name}" in bbappend
+    assert (
+        f'PV:{cfg.distro} = "{cfg.mesa.version}"' in (mesa / "rocky-mesa-version.inc").read_text()
+    )
