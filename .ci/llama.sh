@@ -85,8 +85,6 @@ cpu_build() {
         rm -rf "$dest" && mv "$dest.tmp" "$dest"
         rm -rf "$build" "$src"
     fi
-    "$dest/bin/llama-bench" --version 2>&1 | grep -E "^version" || true
-    echo "$dest/bin" >"$CACHE/llama-cpu-bin-dir"
     step "CPU-only binaries: $dest/bin"
 }
 
