@@ -13,9 +13,13 @@
 #   mesa-panvk-build.sh run --driver NAME -- COMMAND...
 #       Run COMMAND in the root on the simulated G610 (PAN_GPU_ID=a867) with driver bundle NAME.
 #   mesa-panvk-build.sh sweep --driver NAME --model GGUF [--ubs "64 128 256 512 1024"] [--out DIR]
+#                             [--bench PATH] [--env K=V]...
 #       One llama-bench process per micro-batch (-p 512 -n 0 -ngl 99 -r 1 -o json), so that a
 #       crash at one ub does not hide the others; keeps JSON, stderr, exit code and the
 #       `panvk-privva:` lines (printed by the instrumentation patch) per ub, and a summary.tsv.
+#       --bench: the llama-bench to run, a path inside the root (default: the root's
+#       `llama-bench`, Debian's); --env: an extra variable for it (repeatable), e.g.
+#       GGML_VK_MALI_WARPTILE=0. The bench and variables are written to the sweep's `command` file.
 #
 # Environment: ROCKY_CACHE (default /var/cache/rocky-vulkan), MESA_ROOT (default
 # $ROCKY_CACHE/mesa/root-sid), MESA_JOBS (default 2), DEBIAN_MIRROR. Paths given to `run` and
@@ -208,29 +212,38 @@ cmd_run() {
 }
 
 cmd_sweep() {
-	local driver="" model="" ubs="64 128 256 512 1024" out=""
+	local driver="" model="" ubs="64 128 256 512 1024" out="" bench=llama-bench extra=()
 	while [ $# -gt 0 ]; do
 		case "$1" in
 		--driver) driver=$2; shift 2 ;;
 		--model) model=$2; shift 2 ;;
 		--ubs) ubs=$2; shift 2 ;;
 		--out) out=$2; shift 2 ;;
+		--bench) bench=$2; shift 2 ;;
+		--env)
+			[[ $2 == [A-Za-z_]*=* ]] || die "sweep: --env takes K=V, not '$2'"
+			extra+=("$2"); shift 2 ;;
 		*) die "sweep: unknown argument $1" ;;
 		esac
 	done
 	[ -n "$driver" ] && [ -n "$model" ] || die "sweep: --driver NAME --model GGUF"
 	[ -f "$ROOT$model" ] || die "model $model not found inside the root ($ROOT$model)"
+	if [[ $bench == */* ]]; then
+		[ -x "$ROOT$bench" ] || die "llama-bench $bench not found inside the root ($ROOT$bench)"
+	fi
 	local envs
 	envs=$(driver_env "$driver") || exit 1
 	out=${out:-$ROOT/work/sweeps/$driver}
 	mkdir -p "$out"
+	printf 'driver=%s\nbench=%s\nmodel=%s\nenv=%s\n' "$driver" "$bench" "$model" \
+		"${extra[*]:-}" >"$out/command"
 	printf 'ub\texit\tpeak_priv_va_mib\terror\n' >"$out/summary.tsv"
 	local ub rc peak err
 	for ub in $ubs; do
-		say "llama-bench ub=$ub driver=$driver"
+		say "$bench ub=$ub driver=$driver${extra[*]:+ ${extra[*]}}"
 		rc=0
 		# shellcheck disable=SC2086
-		in_root env $envs timeout 1200 llama-bench -m "$model" -p 512 -n 0 \
+		in_root env $envs "${extra[@]}" timeout 1200 "$bench" -m "$model" -p 512 -n 0 \
 			-ngl 99 -r 1 -ub "$ub" -o json >"$out/ub$ub.json" 2>"$out/ub$ub.stderr" || rc=$?
 		peak=$(grep -o 'panvk-privva: peak [0-9.]*' "$out/ub$ub.stderr" | awk '{print $3}' |
 			sort -n | tail -1)
