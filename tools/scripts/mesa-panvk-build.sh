@@ -247,7 +247,8 @@ cmd_sweep() {
 			-ngl 99 -r 1 -ub "$ub" -o json >"$out/ub$ub.json" 2>"$out/ub$ub.stderr" || rc=$?
 		peak=$(grep -o 'panvk-privva: peak [0-9.]*' "$out/ub$ub.stderr" | awk '{print $3}' |
 			sort -n | tail -1)
-		err=$(grep -o -m1 'Error[A-Za-z]*\|priv heap exhausted[^\n]*' "$out/ub$ub.stderr" || true)
+		err=$(grep -o -m1 'what(): .*' "$out/ub$ub.stderr" ||
+			grep -o -m1 'Error[A-Za-z]*\|priv heap exhausted.*' "$out/ub$ub.stderr" || true)
 		printf '%s\t%s\t%s\t%s\n' "$ub" "$rc" "${peak:-?}" "${err:-}" | tee -a "$out/summary.tsv" >&2
 	done
 	say "results: $out"
