@@ -4,6 +4,8 @@
 #      (falls back to sid's current versions, loudly, when a pin has left the archive)
 #   2. vulkaninfo under qemu + panthor drm-shim shows "Mali-G610 MC4" / panvk
 #   3. one llama-bench run (ub 64, small model) succeeds on the simulated G610
+#   4. the board's self-test (rocky_vulkan.selftest) accepts the simulated G610: vulkan_device
+#      and the ub 64 sweep PASS on real panvk / llama-bench output
 # via the slow tests in tests/test_sim.py. Caches under ${ROCKY_CACHE:-/var/cache/rocky-vulkan}/sim.
 # Needs root (debootstrap, chroot, mount namespaces). Cold: see docs/verification/sim.md.
 set -euo pipefail

@@ -199,6 +199,65 @@ def test_llama_bench_ub64_runs_on_the_simulated_g610(root, tmp_path):
     assert result.priv_va_peak_mib and result.priv_va_peak_mib > 0
 
 
+_WRAPPER = """#!/bin/sh
+# {tool} on the simulated G610; the self-test's tile switch crosses into the guest.
+extra=
+[ -n "${{GGML_VK_MALI_WARPTILE+x}}" ] && extra="-e GGML_VK_MALI_WARPTILE=$GGML_VK_MALI_WARPTILE"
+exec {python} -m rocky_vulkan.sim --root {root} run $extra --bind {models}:{models} -- {tool} "$@"
+"""
+
+
+@pytest.mark.slow
+@needs_root
+@pytest.mark.skipif(not MODEL_ENV, reason="ROCKY_SIM_MODEL not set (a small GGUF)")
+def test_selftest_accepts_the_simulated_g610(root, tmp_path):
+    # The board's self-test against real panvk output (vulkaninfo, llama-bench's JSON and
+    # device lines). The shim executes nothing, so t/s, the ratio and the output match mean
+    # nothing here and are left out, as are the kernel-side checks (no panthor on this host).
+    from rocky_vulkan.selftest.cli import main as selftest_main
+    from rocky_vulkan.selftest.stack import sha256_file
+
+    model = Path(MODEL_ENV).resolve()
+    assert not str(model).startswith("/tmp/"), "the root mounts its own /tmp over the model"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("llama-bench", "vulkaninfo"):
+        wrapper = bin_dir / tool
+        wrapper.write_text(
+            _WRAPPER.format(tool=tool, python=sys.executable, root=root.path, models=model.parent)
+        )
+        wrapper.chmod(0o755)
+    config = {
+        "schema_version": 1,
+        "model_path": str(model),
+        "model_sha256": sha256_file(str(model)),
+        "ubatch_sizes": [64],
+        "prompt_tokens": 64,
+        "repetitions": 1,
+        "run_timeout_s": 1500,
+        "bin_dir": str(bin_dir),
+        "vulkaninfo": str(bin_dir / "vulkaninfo"),
+        "results_dir": str(tmp_path / "results"),
+        "motd_path": str(tmp_path / "motd"),
+        "skip_checks": ["gpu_driver", "csf_firmware", "no_vendor_driver", "ratio", "output_match"],
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+
+    rc = selftest_main(["--config", str(tmp_path / "config.json"), "run"])
+
+    doc = json.loads((tmp_path / "results/result.json").read_text())
+    checks = {c["name"]: c for c in doc["checks"]}
+    assert checks["vulkan_device"]["status"] == "PASS", checks["vulkan_device"]
+    assert "Mali-G610 MC4" in checks["vulkan_device"]["evidence"]
+    runs = {r["mode"]: r for r in doc["sweep"]}
+    assert sorted(runs) == ["cpu", "stock", "tuned"]
+    for mode in ("tuned", "stock"):
+        assert runs[mode]["status"] == "PASS", runs[mode]
+        assert runs[mode]["devices"] == "Vulkan0" and "Mali-G610" in runs[mode]["gpu_info"]
+    assert runs["cpu"]["status"] == "PASS" and runs["cpu"]["devices"] in ("none", None)
+    assert checks["sweep"]["status"] == "PASS" and doc["verdict"] == "PASS" and rc == 0
+
+
 BIG_MODEL_ENV = os.environ.get("ROCKY_SIM_BIG_MODEL")
 
 
