@@ -85,6 +85,7 @@ cpu_build() {
         rm -rf "$dest" && mv "$dest.tmp" "$dest"
         rm -rf "$build" "$src"
     fi
+    echo "$dest/bin" >"$CACHE/llama-cpu-bin-dir"
     step "CPU-only binaries: $dest/bin"
 }
 
