@@ -99,3 +99,15 @@ def test_failed_render_leaves_old_tree_untouched(project, monkeypatch):
     after = {p: p.read_bytes() for p in (project / "meta-rocky-vulkan").rglob("*") if p.is_file()}
     assert after == before
     assert not list(project.glob(".render-*"))
+
+
+def test_changes_to_upstream_recipes_leave_other_distros_signatures_alone():
+    # Every SRC_URI[...] flag is a dependency of SRC_URI in bitbake's task signatures, so an
+    # unconditional flag in a bbappend (or the .inc it requires) changes the upstream recipe's
+    # signatures for every distro and machine: yocto-check-layer's test_signatures fails.
+    mesa = ROOT / "meta-rocky-vulkan" / "recipes-graphics" / "mesa"
+    files = [*mesa.glob("*.bbappend"), *mesa.glob("*.inc")]
+    assert files
+    for path in [*files, *(ROOT / "meta-rocky-vulkan").glob("recipes-*/*/*.bbappend")]:
+        for line in path.read_text().splitlines():
+            assert not line.startswith("SRC_URI["), f"{path.name}: unconditional flag: {line}"
