@@ -86,8 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
     p = sub.add_parser("sweep", help="llama-bench over micro-batch sizes, peak private VA")
-    p.add_argument("--model", type=Path, required=True, help="a GGUF file on the host")
-    p.add_argument("--driver", default="stock", help=driver_help)
+    _add_bench_args(p, driver_help, "llama-bench inside the root (e.g. a `sim build-llama` one)")
     p.add_argument(
         "--ubs",
         default=",".join(map(str, DEFAULT_UBS)),
@@ -96,23 +95,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", type=int, default=512, help="pp tokens (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per ub")
     p.add_argument(
-        "--llama-bench",
-        default="/usr/bin/llama-bench",
-        help="llama-bench inside the root (e.g. a `sim build-llama` one)",
-    )
-    p.add_argument(
         "-e", "--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment"
     )
     p.add_argument("--out", type=Path, required=True, help="folder for logs and sweep.json/md")
     p.set_defaults(func=_sweep)
 
     p = sub.add_parser("stats", help="pipeline statistics of the matmul pipelines")
-    p.add_argument("--model", type=Path, required=True, help="a GGUF file on the host")
-    p.add_argument("--driver", default="stock", help=driver_help)
-    p.add_argument(
-        "--llama-bench",
-        default="/usr/bin/llama-bench",
-        help="llama-bench inside the root (a cross-built one, e.g. "
+    _add_bench_args(
+        p,
+        driver_help,
+        "llama-bench inside the root (a cross-built one, e.g. "
         "/opt/rocky/llama-patched/bin/llama-bench)",
     )
     p.add_argument(
@@ -145,6 +137,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="folder for the log and stats.json/md")
     p.set_defaults(func=_stats)
     _register_build(sub)
+
+
+def _add_bench_args(p: argparse.ArgumentParser, driver_help: str, bench_help: str) -> None:
+    """The model, driver and llama-bench that sweep and stats share."""
+    p.add_argument("--model", type=Path, required=True, help="a GGUF file on the host")
+    p.add_argument("--driver", default="stock", help=driver_help)
+    p.add_argument("--llama-bench", default="/usr/bin/llama-bench", help=bench_help)
 
 
 def _register_build(sub: argparse._SubParsersAction) -> None:
