@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import math
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -15,6 +19,21 @@ from .errors import UserError
 
 PATCH_DIR_NAME = "patches"
 REQUIRED_REPOS = ("bitbake", "openembedded-core", "meta-arm", "meta-rockchip")
+
+# Limits checked while the YAML is composed, before any object is built: the config is a few
+# kB and a few levels deep, so these only stop alias/depth bombs and runaway files.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_DEPTH = 20
+MAX_NODES = 20_000
+
+# Accounts and groups an OE image already has (base-passwd, systemd, openssh, ...): the image
+# user must not be one of them (useradd would fail, or the user would be a system account).
+SYSTEM_ACCOUNTS = frozenset(
+    """root daemon bin sys sync games man lp mail news uucp proxy www-data backup list irc gnats
+    nobody nogroup adm tty disk kmem dialout fax voice cdrom floppy tape sudo audio dip operator
+    src shadow utmp video sasl plugdev staff users input kvm render sgx clock shutdown wheel
+    netdev messagebus sshd avahi polkitd tss dbus systemd-journal""".split()
+)
 
 
 class ConfigError(UserError):
@@ -92,6 +111,9 @@ class Image:
     user: str
     ssh_authorized_keys: tuple[str, ...]
     extra_packages: tuple[str, ...]
+    # A crypt(3) hash ($y$ or $6$) or None: then there is no password until the first login
+    # on the console, and SSH takes keys only.
+    password_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,11 +145,43 @@ class Config:
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses duplicate keys instead of silently keeping the last one."""
+    """A SafeLoader that refuses what a config never needs before building any object: anchors
+    and aliases (alias bombs), nesting deeper than MAX_DEPTH (RecursionError), more than
+    MAX_NODES nodes, non-scalar keys; and duplicate keys instead of keeping the last one."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise ConfigError(
+                f"line {line}: YAML anchors and aliases (&name, *name) are not allowed; "
+                "write each value out in full"
+            )
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise ConfigError(f"line {line}: more than {MAX_NODES} values; this is no config")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise ConfigError(
+                    f"line {line}: nested more than {MAX_DEPTH} levels deep; "
+                    "the config is only a few levels deep"
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen = set()
         for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                mark = key_node.start_mark
+                raise ConfigError(f"line {mark.line + 1}: a key must be a plain name")
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 mark = key_node.start_mark
@@ -136,6 +190,41 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _is_integer(checker: Any, instance: Any) -> bool:
+    """An int written as an int: not 64.0 (which would render as '64.0'), not true/false."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _is_number(checker: Any, instance: Any) -> bool:
+    """A finite int or float (no .nan/.inf: they cannot be written as JSON), not a bool."""
+    if isinstance(instance, bool) or not isinstance(instance, int | float):
+        return False
+    return math.isfinite(instance)
+
+
+def _fullmatch_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    """JSON-schema `pattern` searches, and `$` matches before a trailing newline: here the
+    whole string must match (re.fullmatch), so 'abc\\n' never passes '^abc$'."""
+    if isinstance(instance, str) and not re.fullmatch(pattern, instance):
+        yield jsonschema.ValidationError(f"{_short(instance)} does not match {pattern!r}")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """repr() cut to `limit` characters, so a 1 MB value does not flood the message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + "...'" + f" ({len(value)} chars)"
+
+
+_CHECKER = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+    {"integer": _is_integer, "number": _is_number}
+)
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    validators={"pattern": _fullmatch_pattern},
+    type_checker=_CHECKER,
+)
 
 
 def _schema() -> dict[str, Any]:
@@ -163,11 +252,11 @@ def _describe(error: jsonschema.ValidationError) -> str:
         expected = None
     if expected is None:
         return f"{where}: {error.message}"
-    return f"{where}: expected {expected}, got {error.instance!r}"
+    return f"{where}: expected {expected}, got {_short(error.instance)}"
 
 
 def _validate(data: Any, source: Path) -> None:
-    validator = jsonschema.Draft202012Validator(_schema())
+    validator = _Validator(_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = "\n  ".join(_describe(_leaf(e)) for e in errors)
@@ -199,6 +288,16 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
     for name in REQUIRED_REPOS:
         if name not in names:
             problems.append(f"repos: {name!r} is missing; the layer depends on it")
+    user = data["image"]["user"]
+    if user in SYSTEM_ACCOUNTS or user.startswith("systemd-"):
+        problems.append(
+            f"image.user: {user!r} is root or a system account/group of the image; "
+            "pick a personal login name like rocky"
+        )
+    for i, key in enumerate(data["image"]["ssh_authorized_keys"]):
+        problem = _ssh_key_problem(key)
+        if problem:
+            problems.append(f"image.ssh_authorized_keys[{i}]: {problem}")
     patch_dir = source.parent / PATCH_DIR_NAME
     for section in ("mesa", "llama_cpp"):
         for i, patch in enumerate(data[section]["patches"]):
@@ -209,6 +308,20 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
                 )
     if problems:
         raise ConfigError(f"{source}: invalid config:\n  " + "\n  ".join(problems))
+
+
+def _ssh_key_problem(line: str) -> str | None:
+    """The key's base64 must decode to a blob that names the same key type (what ssh-keygen
+    writes); catches keys cut short or pasted with a wrong prefix."""
+    kind, blob = line.split(" ")[:2]
+    try:
+        raw = base64.b64decode(blob, validate=True)
+    except (binascii.Error, ValueError):
+        return "the key's base64 part does not decode; paste the whole line of your .pub file"
+    size = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else -1
+    if raw[4 : 4 + size] != kind.encode():
+        return f"the key data is not a {kind} key; paste the whole line of your .pub file"
+    return None
 
 
 def _build(data: dict[str, Any], source: Path) -> Config:
@@ -246,6 +359,7 @@ def _build(data: dict[str, Any], source: Path) -> Config:
             user=data["image"]["user"],
             ssh_authorized_keys=tuple(data["image"]["ssh_authorized_keys"]),
             extra_packages=tuple(data["image"]["extra_packages"]),
+            password_hash=data["image"].get("password_hash"),
         ),
     )
 
@@ -254,6 +368,11 @@ def load_config(path: str | Path) -> Config:
     """Read, validate and freeze the config at `path`; raise ConfigError naming what is wrong."""
     source = Path(path).resolve()
     try:
+        if source.is_file() and source.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{source}: {source.stat().st_size} bytes; a config is a few kB "
+                f"(at most {MAX_CONFIG_BYTES})"
+            )
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import __version__
+from . import __version__, escape
 from .config import PATCH_DIR_NAME, Config, load_config
 from .errors import UserError
 
@@ -39,16 +41,25 @@ BOARD_SELFTEST_LIBDIR = "/usr/share/rocky-selftest"
 BOARD_SELFTEST_CONFIG = "/etc/rocky-selftest/config.json"
 BOARD_RESULTS_DIR = "/var/lib/rocky-selftest"
 BOARD_STAMP = f"{BOARD_RESULTS_DIR}/first-boot.stamp"
+# Staging dirs of a render, beside the outputs (same file system, so the swap is a rename);
+# .gitignore lists them and the next render removes any a killed one left behind.
+STAGING_PREFIX = ".render-"
+
+
+class RenderError(UserError):
+    """The tree cannot be rendered or written; the message names the cause and the fix."""
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("rocky_vulkan", "templates"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters.update(escape.FILTERS)
+    return env
 
 
 def _git_host_path(url: str) -> str:
@@ -230,10 +241,21 @@ def render_files(cfg: Config) -> dict[str, bytes]:
             "kas_version": KAS_FORMAT_VERSION,
             **extra,
         }
-        text = env.get_template(template).render(context)
+        try:
+            text = env.get_template(template).render(context)
+        except escape.UnsafeValue as err:
+            raise RenderError(
+                f"{template}: {err}; fix the value in {cfg.path.name} (the config check "
+                "should have refused it: please report this)"
+            ) from None
         out[path] = text.encode("utf-8")
     for source, path in _copied_files(cfg):
-        out[path] = source.read_bytes()
+        try:
+            out[path] = source.read_bytes()
+        except OSError as err:
+            raise RenderError(
+                f"cannot read {source}: {err.strerror or err}; {_hint(err)}"
+            ) from None
     config_json = json.dumps(selftest_board_config(cfg), indent=2) + "\n"
     out[f"{SELFTEST_FILES}/config.json"] = config_json.encode("utf-8")
     return dict(sorted(out.items()))
@@ -257,11 +279,56 @@ def _read_tree(root: Path) -> dict[str, bytes]:
     return found
 
 
+def _hint(err: OSError) -> str:
+    """What to do about an OSError while reading or writing the tree."""
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return "make the checkout writable by you (ls -ld it) or render in a copy you own"
+    if err.errno == errno.EROFS:
+        return "the file system is read-only: render in a writable checkout"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full: free some space and run `rocky-vulkan render` again"
+    return "check the path and its permissions, then run `rocky-vulkan render` again"
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Staging dirs of a render that was killed: put back an output it had moved aside and
+    not yet replaced, then delete them (the caller holds the render lock, so none is live)."""
+    for staging in sorted(root.glob(STAGING_PREFIX + "*")):
+        if not staging.is_dir() or staging.is_symlink():
+            continue
+        for top in OUTPUT_DIRS:
+            backup = staging / f"{top}.old"
+            if backup.is_dir() and not (root / top).exists():
+                os.rename(backup, root / top)
+        shutil.rmtree(staging)
+
+
 def write_rendered(cfg: Config, root: Path | None = None) -> list[str]:
-    """Render into a temp dir beside the outputs, then swap it in; on error nothing changes."""
+    """Render into a temp dir beside the outputs, then swap it in; on error nothing changes.
+    Errors from the file system (permissions, read-only, disk full) are a RenderError."""
     root = root or cfg.root
     files = render_files(cfg)
-    staging = Path(tempfile.mkdtemp(prefix=".render-", dir=root))
+    try:
+        lock = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as err:
+        raise RenderError(f"cannot open {root}: {err.strerror or err}; {_hint(err)}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one render at a time in this checkout
+        _remove_leftovers(root)
+        _swap_in(files, root)
+    except OSError as err:
+        where = err.filename or root
+        raise RenderError(
+            f"cannot write the rendered tree into {root} ({where}: {err.strerror or err}); "
+            f"{_hint(err)}. Nothing was changed."
+        ) from None
+    finally:
+        os.close(lock)
+    return list(files)
+
+
+def _swap_in(files: dict[str, bytes], root: Path) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
     swapped: list[tuple[Path, Path | None]] = []
     try:
         _write_tree(files, staging)
@@ -271,8 +338,8 @@ def write_rendered(cfg: Config, root: Path | None = None) -> list[str]:
             if target.exists():
                 backup = staging / f"{top}.old"
                 os.rename(target, backup)
+            swapped.append((target, backup))  # before the next rename, so a failure rolls back
             os.rename(fresh, target)
-            swapped.append((target, backup))
     except BaseException:
         for target, backup in reversed(swapped):
             shutil.rmtree(target, ignore_errors=True)
@@ -281,7 +348,6 @@ def write_rendered(cfg: Config, root: Path | None = None) -> list[str]:
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return list(files)
 
 
 def diff_against_disk(cfg: Config, root: Path | None = None) -> str:
