@@ -86,9 +86,7 @@ def test_without_keys_or_hash_the_first_login_is_on_the_console(project):
 
 
 def test_a_password_hash_from_the_config_is_the_only_password(project):
-    image = rendered(
-        project, ("  extra_packages: []", f"  extra_packages: []\n  password_hash: '{HASH}'")
-    )[IMAGE]
+    image = rendered(project, ("  password_hash: null", f"  password_hash: '{HASH}'"))[IMAGE]
     assert var(image, "ROCKY_PASSWORD_HASH") == HASH.replace("$", "\\$")
     params = var(image, "EXTRA_USERS_PARAMS")
     assert "-p '${ROCKY_PASSWORD_HASH}' ${ROCKY_USER};" in params and "passwd-expire" not in params
@@ -349,7 +347,7 @@ ACCESS_CASES = {
     "console-first-login": (None, "no", ""),
     "keys": (("  ssh_authorized_keys: []", f"  ssh_authorized_keys: ['{KEY}']"), "no", KEY),
     "password-hash": (
-        ("  extra_packages: []", f"  extra_packages: []\n  password_hash: '{HASH}'"),
+        ("  password_hash: null", f"  password_hash: '{HASH}'"),
         "yes",
         "",
     ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import re
@@ -144,37 +145,40 @@ class Config:
         raise ConfigError(f"unknown machine {name!r}; machines in {self.path.name}: {known}")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses what a config never needs before building any object: anchors
-    and aliases (alias bombs), nesting deeper than MAX_DEPTH (RecursionError), more than
-    MAX_NODES nodes, non-scalar keys; and duplicate keys instead of keeping the last one."""
+# libyaml's parser when PyYAML has it (much faster), else the pure-Python one.
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._nodes = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        event = self.peek_event()
+def _check_events(text: str) -> None:
+    """Refuse what a config never needs while only the event stream is read, before any node
+    or object is built: anchors and aliases (alias bombs), nesting deeper than MAX_DEPTH
+    (RecursionError in the composer) and more than MAX_NODES values."""
+    depth = nodes = 0
+    for event in yaml.parse(text, Loader=_BaseLoader):
         line = event.start_mark.line + 1
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise ConfigError(
                 f"line {line}: YAML anchors and aliases (&name, *name) are not allowed; "
                 "write each value out in full"
             )
-        self._nodes += 1
-        if self._nodes > MAX_NODES:
-            raise ConfigError(f"line {line}: more than {MAX_NODES} values; this is no config")
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
+        if isinstance(event, yaml.ScalarEvent | yaml.CollectionStartEvent):
+            nodes += 1
+            if nodes > MAX_NODES:
+                raise ConfigError(f"line {line}: more than {MAX_NODES} values; this is no config")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
                 raise ConfigError(
                     f"line {line}: nested more than {MAX_DEPTH} levels deep; "
                     "the config is only a few levels deep"
                 )
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+class _UniqueKeyLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """A safe loader that refuses duplicate keys instead of silently keeping the last one, and
+    keys that are not plain scalars. Run _check_events on the text first."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen = set()
@@ -227,6 +231,11 @@ _Validator = jsonschema.validators.extend(
 )
 
 
+@functools.lru_cache(maxsize=1)
+def _validator() -> Any:
+    return _Validator(_schema())
+
+
 def _schema() -> dict[str, Any]:
     text = resources.files("rocky_vulkan").joinpath("schema/config.schema.json").read_text()
     return json.loads(text)
@@ -256,7 +265,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
 
 
 def _validate(data: Any, source: Path) -> None:
-    validator = _Validator(_schema())
+    validator = _validator()
     errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = "\n  ".join(_describe(_leaf(e)) for e in errors)
@@ -287,7 +296,9 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
         problems.append(f"repos: {name!r} is listed twice; keep one entry")
     for name in REQUIRED_REPOS:
         if name not in names:
-            problems.append(f"repos: {name!r} is missing; the layer depends on it")
+            problems.append(
+                f"repos: {name!r} is missing (no repos[].name is {name!r}); the layer depends on it"
+            )
     user = data["image"]["user"]
     if user in SYSTEM_ACCOUNTS or user.startswith("systemd-"):
         problems.append(
@@ -310,17 +321,35 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
         raise ConfigError(f"{source}: invalid config:\n  " + "\n  ".join(problems))
 
 
+# How many length-prefixed fields each key type's blob holds (RFC 4253, 5656, 8709; PROTOCOL.u2f).
+_SSH_KEY_FIELDS = {
+    "ssh-ed25519": 2,
+    "ssh-rsa": 3,
+    "ecdsa-sha2-nistp256": 3,
+    "ecdsa-sha2-nistp384": 3,
+    "ecdsa-sha2-nistp521": 3,
+    "sk-ssh-ed25519@openssh.com": 3,
+    "sk-ecdsa-sha2-nistp256@openssh.com": 4,
+}
+
+
 def _ssh_key_problem(line: str) -> str | None:
-    """The key's base64 must decode to a blob that names the same key type (what ssh-keygen
-    writes); catches keys cut short or pasted with a wrong prefix."""
+    """The key's base64 must decode to the blob ssh-keygen writes for that type: the type name,
+    then exactly the fields of that key type. Catches keys cut short or with a wrong prefix."""
     kind, blob = line.split(" ")[:2]
     try:
         raw = base64.b64decode(blob, validate=True)
     except (binascii.Error, ValueError):
         return "the key's base64 part does not decode; paste the whole line of your .pub file"
-    size = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else -1
-    if raw[4 : 4 + size] != kind.encode():
+    fields, pos = [], 0
+    while pos + 4 <= len(raw):
+        size = int.from_bytes(raw[pos : pos + 4], "big")
+        fields.append(raw[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+    if not fields or fields[0] != kind.encode():
         return f"the key data is not a {kind} key; paste the whole line of your .pub file"
+    if pos != len(raw) or len(fields) != _SSH_KEY_FIELDS.get(kind):
+        return "the key data is cut short or damaged; paste the whole line of your .pub file"
     return None
 
 
@@ -381,6 +410,7 @@ def load_config(path: str | Path) -> Config:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{source}: cannot read config: {err}") from None
     try:
+        _check_events(text)
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None

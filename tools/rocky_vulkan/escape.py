@@ -37,10 +37,13 @@ def _short(text: str) -> str:
 
 
 def line(value: Any) -> str:
-    """One line of plain text (comments, README, licence text): no line break of any kind."""
+    """One line of plain text (comments, README, licence text): no line break of any kind, and
+    no '${' (inert there, but no config text needs it, and the file may be read by bitbake)."""
     text = str(value)
     if _CONTROL.search(text):
         raise UnsafeValue(f"{_short(text)} holds a line break or control character")
+    if "${" in text:
+        raise UnsafeValue(f"{_short(text)} holds '${{'")
     return text
 
 

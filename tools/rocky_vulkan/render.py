@@ -6,6 +6,7 @@ import argparse
 import difflib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -50,7 +51,9 @@ class RenderError(UserError):
     """The tree cannot be rendered or written; the message names the cause and the fix."""
 
 
+@functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
+    """The template environment (cached: it keeps the compiled templates)."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("rocky_vulkan", "templates"),
         undefined=jinja2.StrictUndefined,
@@ -64,7 +67,7 @@ def _environment() -> jinja2.Environment:
 
 def _git_host_path(url: str) -> str:
     """'https://github.com/a/b.git' -> 'github.com/a/b.git' for a git:// SRC_URI."""
-    return url.split("://", 1)[1]
+    return url.partition("://")[2]
 
 
 def selftest_sources() -> list[str]:
@@ -97,18 +100,29 @@ def selftest_board_config(cfg: Config) -> dict:
     }
 
 
+def _render(env: jinja2.Environment, template: str, context: dict) -> str:
+    """One template; a value its escaping filters refuse is a RenderError."""
+    try:
+        return env.get_template(template).render(context)
+    except escape.UnsafeValue as err:
+        raise RenderError(
+            f"{template}: refusing to write {err}; fix the value in the config (its check "
+            "should have refused it: please report this)"
+        ) from None
+
+
 def _model_context(cfg: Config, env: jinja2.Environment) -> dict:
     url = cfg.model.url
     homepage = url.split("/resolve/", 1)[0] if "/resolve/" in url else url.rsplit("/", 1)[0]
     context = {
         "cfg": cfg,
         "model_homepage": homepage,
-        "model_host": url.split("://", 1)[1].split("/", 1)[0],
+        "model_host": url.partition("://")[2].split("/", 1)[0],
         "model_dir": BOARD_MODEL_DIR,
         "model_subdir": BOARD_MODEL_SUBDIR,
         "model_recipe": MODEL_RECIPE,
     }
-    license_text = env.get_template("layer/MODEL-LICENSE.j2").render(context)
+    license_text = _render(env, "layer/MODEL-LICENSE.j2", context)
     context["license_md5"] = hashlib.md5(license_text.encode("utf-8")).hexdigest()
     del context["cfg"]
     return context
@@ -127,7 +141,7 @@ def _selftest_files(cfg: Config) -> list[tuple[str, str, dict]]:
     }
     env = _environment()
     model = _model_context(cfg, env)
-    copying = env.get_template("layer/COPYING.MIT.j2").render({"cfg": cfg}).encode("utf-8")
+    copying = _render(env, "layer/COPYING.MIT.j2", {"cfg": cfg}).encode("utf-8")
     recipe = {
         "selftest_sources": selftest_sources(),
         "model_recipe": MODEL_RECIPE,
@@ -241,14 +255,7 @@ def render_files(cfg: Config) -> dict[str, bytes]:
             "kas_version": KAS_FORMAT_VERSION,
             **extra,
         }
-        try:
-            text = env.get_template(template).render(context)
-        except escape.UnsafeValue as err:
-            raise RenderError(
-                f"{template}: {err}; fix the value in {cfg.path.name} (the config check "
-                "should have refused it: please report this)"
-            ) from None
-        out[path] = text.encode("utf-8")
+        out[path] = _render(env, template, context).encode("utf-8")
     for source, path in _copied_files(cfg):
         try:
             out[path] = source.read_bytes()
