@@ -8,11 +8,13 @@ that skipped the loader), and render errors from the file system."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -21,7 +23,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rocky_vulkan import escape
 from rocky_vulkan import render as render_mod
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import ConfigError, load_config
@@ -58,6 +59,16 @@ def test_the_run_covers_every_string_field_of_the_config():
         assert must in fields
 
 
+def _cli(
+    project: Path, *args: str, prefix: tuple[str, ...] = (), **run
+) -> subprocess.CompletedProcess:
+    """`rocky-vulkan --config PROJECT/rocky-vulkan.yaml ARGS` in a fresh interpreter."""
+    code = "import sys; from rocky_vulkan.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = [*prefix, sys.executable, "-c", code, "--config", str(project / "rocky-vulkan.yaml")]
+    run.setdefault("timeout", 120)
+    return subprocess.run([*argv, *args], capture_output=True, text=True, **run)
+
+
 def _write(project: Path, text: str) -> Path:
     path = project / "rocky-vulkan.yaml"
     path.write_text(text)
@@ -69,9 +80,14 @@ def _committed() -> str:
 
 
 BOMBS = {
-    "alias-bomb": _committed()
-    + "".join(
-        f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9 if i else ['lol'] * 9)}]\n" for i in range(10)
+    # Billion laughs inside a field the schema checks (its error message repr()s the value).
+    "alias-bomb": _committed().replace(
+        "  ubatch_sizes: [64, 128, 256, 512, 1024]",
+        "  ubatch_sizes: ["
+        + ", ".join(
+            f"&l{i} [{', '.join([f'*l{i - 1}'] * 9 if i else ['64'] * 9)}]" for i in range(10)
+        )
+        + "]",
     ),
     "single-alias": _committed().replace("  extra_packages: []", "  extra_packages: &p []")
     + "x: *p\n",
@@ -97,21 +113,44 @@ BOMBS = {
 }
 
 
+def _limits() -> None:
+    # A loader that builds an alias bomb would take the machine's memory: cap it at 1 GiB.
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+@contextlib.contextmanager
+def _memory_cap(extra: int = 1 << 30):
+    """This process may grow by `extra` bytes of address space, no more (restored after)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    size = int(Path("/proc/self/statm").read_text().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (size + extra, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 @pytest.mark.parametrize("name", BOMBS)
-def test_yaml_bombs_and_odd_documents_are_refused_fast_and_cleanly(project, capsys, name):
+def test_yaml_bombs_and_odd_documents_are_refused_fast_and_cleanly(project, name):
     path = project / "rocky-vulkan.yaml"
     if BOMBS[name] is None:
         path.write_bytes(_committed().encode() + b"\xff\xfe\n")
     else:
         _write(project, BOMBS[name])
     start = time.monotonic()
-    with pytest.raises(ConfigError) as err:
+    with _memory_cap(), pytest.raises(ConfigError) as err:
         load_config(path)
-    assert time.monotonic() - start < 2
-    assert str(path) in str(err.value)
-    assert main(["--config", str(path), "render", "--check"]) == 2
-    stderr = capsys.readouterr().err
-    assert stderr.startswith("rocky-vulkan: error: ") and "Traceback" not in stderr
+    assert time.monotonic() - start < 5
+    assert str(err.value).startswith(f"{path}: ")
+
+
+@pytest.mark.parametrize("name", ["alias-bomb", "deep-lists", "huge-file"])
+def test_the_cli_reports_bombs_without_a_traceback(project, name):
+    _write(project, BOMBS[name])
+    proc = _cli(project, "render", "--check", preexec_fn=_limits, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.startswith(f"rocky-vulkan: error: {project / 'rocky-vulkan.yaml'}: ")
+    assert "Traceback" not in proc.stderr
 
 
 def test_aliases_are_refused_before_any_object_is_built(project, monkeypatch):
@@ -286,6 +325,8 @@ QUOTED = [*hostile.HOSTILE, "it's", "a b", "", "-n", "$HOME"]
 
 @pytest.mark.parametrize("value", QUOTED, ids=range(len(QUOTED)))
 def test_quoting_filters_round_trip_through_their_parsers(value):
+    from rocky_vulkan import escape  # here, so the rest of the file runs where it is missing
+
     try:
         quoted = escape.sh_quote(value)
     except escape.UnsafeValue:
@@ -311,12 +352,6 @@ def _tree(project: Path) -> dict[str, bytes]:
         for p in (project / top).rglob("*")
         if p.is_file()
     }
-
-
-def _cli(project: Path, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    code = "import sys; from rocky_vulkan.cli import main; sys.exit(main(sys.argv[1:]))"
-    argv = [*prefix, sys.executable, "-c", code, "--config", str(project / "rocky-vulkan.yaml")]
-    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=120)
 
 
 def test_render_into_a_read_only_checkout_is_a_clean_error(project):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -182,7 +183,7 @@ def test_bitbake_expands_the_guards_and_mirror_settings(project):
 
 
 def _shell_function(text: str, name: str) -> str:
-    start = text.index(f"{name}() {{")
+    start = re.search(rf"^{name} ?\(\) {{", text, re.M).start()
     return text[start : text.index("\n}\n", start) + 3]
 
 
@@ -440,3 +441,69 @@ def test_real_sshd_reads_the_postprocessed_config_the_same_way(project, tmp_path
         assert got[user]["passwordauthentication"] == passwords
         assert got[user]["kbdinteractiveauthentication"] == "no"
         assert got[user]["allowusers"] == "rocky"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ACCESS_CASES, ids=str)
+def test_extrausers_creates_the_user_with_the_configured_password(project, tmp_path, case):
+    """The rendered EXTRA_USERS_PARAMS, expanded by bitbake's data store, run through oe-core's
+    own extrausers/useradd_base shell functions and the host's real `useradd -R` (as root).
+    Needs ROCKY_BITBAKE_DIR (bitbake 2.18) and ROCKY_OECORE_DIR (openembedded-core at the pin)."""
+    bitbake, oecore = os.environ.get("ROCKY_BITBAKE_DIR"), os.environ.get("ROCKY_OECORE_DIR")
+    if not (bitbake and oecore) or os.geteuid() != 0 or not shutil.which("useradd"):
+        pytest.skip("needs ROCKY_BITBAKE_DIR, ROCKY_OECORE_DIR, root and useradd")
+    sys.path.insert(0, str(Path(bitbake) / "lib"))
+    import bb.data  # noqa: E402 - from the checkout named above
+
+    edit, _, _ = ACCESS_CASES[case]
+    image = rendered(project, edit)[IMAGE]
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "etc").mkdir(parents=True)
+    (rootfs / "home").mkdir()
+    (rootfs / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    (rootfs / "etc/shadow").write_text("root:*:1::::::\n")
+    (rootfs / "etc/group").write_text("root:x:0:\nvideo:x:44:\n")
+    (rootfs / "etc/gshadow").write_text("root:*::\nvideo:*::\n")
+    pseudo = tmp_path / "native/usr/bin/pseudo"  # pseudo's place; as root, run the command as is
+    pseudo.parent.mkdir(parents=True)
+    pseudo.write_text('#!/bin/sh\nexec "$@"\n')
+    pseudo.chmod(0o755)
+    classes = Path(oecore) / "meta/classes"
+    script = _shell_function((classes / "extrausers.bbclass").read_text(), "set_user_group")
+    base = (classes / "useradd_base.bbclass").read_text()
+    script += _shell_function(base, "perform_useradd") + _shell_function(
+        base, "perform_passwd_expire"
+    )
+    d = bb.data.init()
+    for name in ("ROCKY_USER", "ROCKY_PASSWORD_HASH", "EXTRA_USERS_PARAMS"):
+        if re.search(f"^{name} = ", image, re.M):
+            d.setVar(name, var(image, name).replace("\\\n", " "))
+    for name, value in dict(
+        IMAGE_ROOTFS=str(rootfs),
+        sysconfdir="/etc",
+        PN="rocky-vulkan-image",
+        FAKEROOTENV="",
+        STAGING_DIR_NATIVE=str(tmp_path / "native"),
+        bindir="/usr/bin",
+        SCRIPT=script,
+    ).items():
+        d.setVar(name, value)
+    helpers = 'bbnote() { :; }\nbbwarn() { :; }\nbbfatal() { echo "FATAL: $*" >&2; exit 1; }\n'
+    proc = subprocess.run(
+        ["bash", "-c", helpers + d.getVar("SCRIPT") + "\nset -e\nset_user_group\n"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shadow = dict(
+        (line.split(":")[0], line.split(":"))
+        for line in (rootfs / "etc/shadow").read_text().splitlines()
+    )
+    password, lastchg = shadow["rocky"][1], shadow["rocky"][2]
+    if case == "console-first-login":
+        assert (password, lastchg) == ("", "0")  # empty and expired: set at the first login
+    elif case == "keys":
+        assert password == "*" and lastchg != "0"
+    else:
+        assert password == HASH and lastchg != "0"
+    assert "rocky" in (rootfs / "etc/group").read_text().split("video:x:44:")[1]
