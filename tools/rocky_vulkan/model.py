@@ -130,7 +130,10 @@ def _attempt(
     if left <= 0:
         raise _OutOfTime
     offset = part.stat().st_size if part.exists() else 0
-    headers = {"Range": f"bytes={offset}-"} if offset else {}
+    # The bytes as stored: Range offsets and Content-Length then count the same bytes as the file.
+    headers = {"Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
     capped = (min(timeout[0], left), min(timeout[1], left))
     with session.get(url, headers=headers, stream=True, timeout=capped) as resp:
         if resp.status_code == 416 and offset:
