@@ -121,7 +121,9 @@ def failure_lines(series: dict[str, list[tuple[int, float | None, str]]]) -> lis
     ]
     if len(lines) > MAX_REASON_LINES:
         more = len(lines) - MAX_REASON_LINES + 1
-        lines = lines[: MAX_REASON_LINES - 1] + [f"... and {more} more failed runs (see the table)"]
+        lines = lines[: MAX_REASON_LINES - 1] + [
+            f"... and {more} more failed runs (each reason is in result.json)"
+        ]
     return lines
 
 
