@@ -250,7 +250,12 @@ def run_case(
         tally.tracebacks += 1
         tally.findings.append(f"{case}: traceback\n{traceback.format_exc(limit=3)}")
         return
-    got = shape(_normalised(files, value, leaf.value), project / ".shape")
+    try:
+        got = shape(_normalised(files, value, leaf.value), project / ".shape")
+    except Exception as err:  # noqa: BLE001 - a tree its parsers choke on is an injection too
+        tally.injections += 1
+        tally.findings.append(f"{case}: accepted; the rendered tree does not parse: {err!r:.100}")
+        return
     if got == clean:
         tally.accepted_same_shape += 1
     else:
