@@ -209,6 +209,8 @@ def _normalised(files: dict[str, bytes], new: str, old: str) -> dict[str, bytes]
     (a machine called rock-5b-x) compares equal; an injected line would still differ."""
     if not isinstance(new, str) or not isinstance(old, str) or new == old:
         return files
+    if not re.fullmatch(r"[A-Za-z0-9._+/-]+", new):
+        return files  # only a plain token can be put back without also undoing an injection
     return {
         rel.replace(new, old): data.replace(new.encode(), old.encode())
         for rel, data in files.items()
