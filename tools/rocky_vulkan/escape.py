@@ -25,7 +25,7 @@ _WORD = re.compile(r"[A-Za-z0-9._+/-]+")
 _OVERRIDE = re.compile(r"[a-z0-9][a-z0-9-]*")
 _CRYPT = re.compile(r"\$(6|y)\$[./0-9A-Za-z$=]+")
 # A YAML plain scalar we may leave unquoted (and only if it reads back as the same string).
-_YAML_PLAIN = re.compile(r"[A-Za-z0-9.][A-Za-z0-9._/:@+-]*")
+_YAML_PLAIN = re.compile(r"[A-Za-z0-9.][A-Za-z0-9._/:@+%?&=~,-]*")
 
 
 class UnsafeValue(ValueError):
