@@ -39,6 +39,7 @@ BOARD_SELFTEST_LIBDIR = "/usr/share/rocky-selftest"
 BOARD_SELFTEST_CONFIG = "/etc/rocky-selftest/config.json"
 BOARD_RESULTS_DIR = "/var/lib/rocky-selftest"
 BOARD_STAMP = f"{BOARD_RESULTS_DIR}/first-boot.stamp"
+BOARD_SELFTEST_USER = "rocky-selftest"  # unprivileged system user the checks run as
 
 
 def _environment() -> jinja2.Environment:
@@ -110,6 +111,8 @@ def _selftest_files(cfg: Config) -> list[tuple[str, str, dict]]:
         "bindir": BOARD_BINDIR,
         "config_path": BOARD_SELFTEST_CONFIG,
         "model_dir": BOARD_MODEL_DIR,
+        "state_name": os.path.basename(BOARD_RESULTS_DIR),
+        "user": BOARD_SELFTEST_USER,
         "deadline_s": board["deadline_s"],
         # The last run may start just before the deadline and take run_timeout_s.
         "timeout_start_s": board["deadline_s"] + board["run_timeout_s"] + 300,
@@ -118,6 +121,7 @@ def _selftest_files(cfg: Config) -> list[tuple[str, str, dict]]:
     model = _model_context(cfg, env)
     copying = env.get_template("layer/COPYING.MIT.j2").render({"cfg": cfg}).encode("utf-8")
     recipe = {
+        "user": BOARD_SELFTEST_USER,
         "selftest_sources": selftest_sources(),
         "model_recipe": MODEL_RECIPE,
         "copying_md5": hashlib.md5(copying).hexdigest(),
