@@ -24,8 +24,8 @@ LAYER_FILES = ROOT / "meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
 # The OE python3 packages the recipe RDEPENDS on hold exactly these modules (python3-manifest).
 ALLOWED_IMPORTS = {
     "__future__", "argparse", "collections", "contextlib", "dataclasses", "errno", "glob",
-    "hashlib", "json", "math", "os", "platform", "re", "signal", "stat", "subprocess", "sys",
-    "tempfile", "time", "traceback", "typing",
+    "hashlib", "json", "math", "os", "platform", "re", "shutil", "signal", "stat", "subprocess",
+    "sys", "tempfile", "time", "traceback", "typing",
 }  # fmt: skip
 
 

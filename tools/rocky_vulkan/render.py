@@ -58,8 +58,8 @@ def _git_host_path(url: str) -> str:
 
 
 def selftest_sources() -> list[str]:
-    """The on-board self-test's module names, copied verbatim into the layer."""
-    return sorted(p.name for p in SELFTEST_SOURCES.glob("*.py"))
+    """The on-board self-test's modules and data (the KLD text), copied verbatim into the layer."""
+    return sorted(p.name for pattern in ("*.py", "*.txt") for p in SELFTEST_SOURCES.glob(pattern))
 
 
 def selftest_board_config(cfg: Config) -> dict:
@@ -77,6 +77,8 @@ def selftest_board_config(cfg: Config) -> dict:
         "tuned_vs_stock_ratio": st.tuned_vs_stock_ratio,
         "ratio_tolerance": st.ratio_tolerance,
         "match_tokens": st.match_tokens,
+        "kld_max_mean": st.kld_max_mean,
+        "kld_min_same_top_p": st.kld_min_same_top_p,
         "run_timeout_s": st.run_timeout_s,
         "deadline_s": st.deadline_s,
         "bin_dir": BOARD_BINDIR,

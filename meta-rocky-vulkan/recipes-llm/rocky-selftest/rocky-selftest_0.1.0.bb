@@ -3,8 +3,8 @@
 SUMMARY = "First-boot self-test: GPU stack, llama-bench ub sweep, tuned vs stock vs CPU"
 DESCRIPTION = "rocky-selftest checks that the Mali-G610 runs llama.cpp through panthor + panvk: \
                driver, CSF firmware, Vulkan device, model checksum, a crash-free ub sweep, the \
-               tuned-vs-stock prefill ratio and GPU-vs-CPU greedy output. It runs once on first \
-               boot (stamp file), as an unprivileged system user in a systemd sandbox, writes \
+               tuned-vs-stock prefill ratio and GPU-vs-CPU output (KL divergence). It runs \
+               once on first boot (stamp file), as an unprivileged system user in a sandbox, writes \
                /var/lib/rocky-selftest/result.json and shows the verdict on console and motd."
 SECTION = "tests"
 LICENSE = "MIT"
@@ -21,6 +21,8 @@ SRC_URI = "\
     file://rocky_selftest/bench.py \
     file://rocky_selftest/checks.py \
     file://rocky_selftest/cli.py \
+    file://rocky_selftest/kld.py \
+    file://rocky_selftest/kld_text.txt \
     file://rocky_selftest/match.py \
     file://rocky_selftest/outcome.py \
     file://rocky_selftest/publish.py \
@@ -49,7 +51,8 @@ do_compile[noexec] = "1"
 
 do_install() {
     install -d ${D}${datadir}/rocky-selftest/rocky_selftest
-    install -m 0644 ${S}/rocky_selftest/*.py ${D}${datadir}/rocky-selftest/rocky_selftest/
+    install -m 0644 ${S}/rocky_selftest/*.py ${S}/rocky_selftest/*.txt \
+        ${D}${datadir}/rocky-selftest/rocky_selftest/
     install -D -m 0755 ${S}/rocky-selftest ${D}${bindir}/rocky-selftest
     install -D -m 0644 ${S}/config.json ${D}${sysconfdir}/rocky-selftest/config.json
     install -D -m 0644 ${S}/rocky-selftest.service \

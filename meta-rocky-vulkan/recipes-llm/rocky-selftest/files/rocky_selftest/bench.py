@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from .checks import Check, failed, passed
+from .kld import tiles_used
 from .runner import run_tool
 from .settings import Settings
 
@@ -147,6 +148,8 @@ def run_bench(s: Settings, mode: str, ubatch: int | None, deadline: Deadline) ->
         return record
     res = run_tool(cmd, env, min(s.run_timeout_s, left))
     record.update(exit_code=res.returncode, elapsed_s=res.elapsed_s)
+    if mode != "cpu":
+        record["tiles"] = tiles_used(res.stderr)
     reason = res.failure()
     entry = None
     if reason is None:

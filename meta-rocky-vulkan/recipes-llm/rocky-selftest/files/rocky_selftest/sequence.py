@@ -101,6 +101,8 @@ def run_selftest(
             "tuned_vs_stock_ratio": s.tuned_vs_stock_ratio,
             "ratio_tolerance": s.ratio_tolerance,
             "match_tokens": s.match_tokens,
+            "kld_max_mean": s.kld_max_mean,
+            "kld_min_same_top_p": s.kld_min_same_top_p,
             "prompt_tokens": s.prompt_tokens,
             "repetitions": s.repetitions,
             "ubatch_sizes": list(s.ubatch_sizes),
