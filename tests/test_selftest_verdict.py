@@ -523,3 +523,37 @@ def test_root_step_replaces_control_characters_from_the_note(tmp_path):
     text = console.read_text() + (tmp_path / "motd").read_text()
     assert "\x1b" not in text and "\x07" not in text and "\r" not in text
     assert "x?]0;owned???" in text
+
+
+@pytest.mark.parametrize(
+    "note",
+    [
+        '{"schema": "rocky-selftest-result", "verdict": "PASS", "checks": [1, 2]}',
+        '{"schema": "rocky-selftest-result", "verdict": "PASS", "errors": [{"x": 1}]}',
+        '{"schema": "rocky-selftest-result", "verdict": "GREAT"}',
+        "[1, 2, 3]",
+        "not json at all",
+    ],
+)
+def test_root_step_ignores_a_malformed_note_and_reports_an_error(tmp_path, note):
+    notes = tmp_path / "run"
+    notes.mkdir()
+    (notes / "verdict.json").write_text(note)
+    console = tmp_path / "console"
+    cfg = config(tmp_path, tmp_path / "nobin", tmp_path / "results")
+    assert main(["--config", str(cfg), "publish", "--note-dir", str(notes),
+                 "--console", str(console)]) == 0  # fmt: skip
+    assert console.read_text().startswith("rocky-selftest ERROR")
+
+
+def test_root_step_does_not_follow_a_symlinked_note(tmp_path):
+    # The unprivileged step owns the runtime dir: a link there must not make root read elsewhere.
+    notes = tmp_path / "run"
+    notes.mkdir()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({**OLD_PASS, "result_saved": True}))
+    (notes / "verdict.json").symlink_to(elsewhere)
+    console = tmp_path / "console"
+    cfg = config(tmp_path, tmp_path / "nobin", tmp_path / "results")
+    main(["--config", str(cfg), "publish", "--note-dir", str(notes), "--console", str(console)])
+    assert console.read_text().startswith("rocky-selftest ERROR")

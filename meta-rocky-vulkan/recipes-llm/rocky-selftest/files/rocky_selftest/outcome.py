@@ -209,6 +209,13 @@ def read_note(note_dir: str) -> dict[str, Any] | None:
         return None
     if doc.get("verdict") not in ("PASS", "FAIL", ERROR):
         return None
-    if not isinstance(doc.get("checks", []), list) or not isinstance(doc.get("errors", []), list):
+    checks, errors = doc.get("checks", []), doc.get("errors", [])
+    if not isinstance(checks, list) or not isinstance(errors, list):
         return None
+    if not all(isinstance(e, str) for e in errors):
+        return None
+    for check in checks:
+        fields = ("name", "status", "evidence")
+        if not isinstance(check, dict) or not all(isinstance(check.get(f), str) for f in fields):
+            return None
     return doc
