@@ -209,6 +209,8 @@ def tiny(tmp_path_factory) -> Path:
 def _real(model: Path, **kw) -> Settings:
     from .test_selftest_real import vulkan_device
 
+    if not (Path(BIN_DIR) / "llama-perplexity").exists():
+        pytest.skip(f"no llama-perplexity in {BIN_DIR} (build the llama-perplexity target)")
     device = vulkan_device()
     if not device:
         pytest.skip("no Vulkan device (lavapipe) in this llama.cpp build")
