@@ -101,6 +101,8 @@ class Selftest:
     tuned_vs_stock_ratio: float
     ratio_tolerance: float
     match_tokens: int
+    kld_max_mean: float
+    kld_min_same_top_p: float
     run_timeout_s: int
     deadline_s: int
     reference: Reference
@@ -282,6 +284,25 @@ def _leaf(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
     return error
 
 
+def _non_finite(value: Any, path: tuple = ()) -> list[str]:
+    """Fields holding YAML's .nan/.inf: JSON Schema's bounds let them through (NaN compares
+    false with everything), and the board cannot compare a measurement with them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [_field_path(path)]
+    if isinstance(value, dict):
+        return [f for k, v in value.items() for f in _non_finite(v, (*path, k))]
+    if isinstance(value, list):
+        return [f for i, v in enumerate(value) for f in _non_finite(v, (*path, i))]
+    return []
+
+
+def _check_finite(data: dict[str, Any], source: Path) -> None:
+    bad = _non_finite(data)
+    if bad:
+        lines = "\n  ".join(f"{field}: expected a finite number, not .nan or .inf" for field in bad)
+        raise ConfigError(f"{source}: invalid config:\n  {lines}")
+
+
 def _check_references(data: dict[str, Any], source: Path) -> None:
     """Checks a schema cannot express: names that must refer to something that exists."""
     problems = []
@@ -379,6 +400,8 @@ def _build(data: dict[str, Any], source: Path) -> Config:
             tuned_vs_stock_ratio=float(st["tuned_vs_stock_ratio"]),
             ratio_tolerance=float(st["ratio_tolerance"]),
             match_tokens=st["match_tokens"],
+            kld_max_mean=float(st["kld_max_mean"]),
+            kld_min_same_top_p=float(st["kld_min_same_top_p"]),
             run_timeout_s=st["run_timeout_s"],
             deadline_s=st["deadline_s"],
             reference=Reference(**{k: float(v) for k, v in st["reference"].items()}),
@@ -419,5 +442,6 @@ def load_config(path: str | Path) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of settings at the top level")
     _validate(data, source)
+    _check_finite(data, source)
     _check_references(data, source)
     return _build(data, source)

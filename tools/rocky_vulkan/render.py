@@ -45,6 +45,7 @@ BOARD_STAMP = f"{BOARD_RESULTS_DIR}/first-boot.stamp"
 # Staging dirs of a render, beside the outputs (same file system, so the swap is a rename);
 # .gitignore lists them and the next render removes any a killed one left behind.
 STAGING_PREFIX = ".render-"
+BOARD_SELFTEST_USER = "rocky-selftest"  # unprivileged system user the checks run as
 
 
 class RenderError(UserError):
@@ -71,8 +72,8 @@ def _git_host_path(url: str) -> str:
 
 
 def selftest_sources() -> list[str]:
-    """The on-board self-test's module names, copied verbatim into the layer."""
-    return sorted(p.name for p in SELFTEST_SOURCES.glob("*.py"))
+    """The on-board self-test's modules and data (the KLD text), copied verbatim into the layer."""
+    return sorted(p.name for pattern in ("*.py", "*.txt") for p in SELFTEST_SOURCES.glob(pattern))
 
 
 def selftest_board_config(cfg: Config) -> dict:
@@ -90,6 +91,8 @@ def selftest_board_config(cfg: Config) -> dict:
         "tuned_vs_stock_ratio": st.tuned_vs_stock_ratio,
         "ratio_tolerance": st.ratio_tolerance,
         "match_tokens": st.match_tokens,
+        "kld_max_mean": st.kld_max_mean,
+        "kld_min_same_top_p": st.kld_min_same_top_p,
         "run_timeout_s": st.run_timeout_s,
         "deadline_s": st.deadline_s,
         "bin_dir": BOARD_BINDIR,
@@ -135,6 +138,8 @@ def _selftest_files(cfg: Config) -> list[tuple[str, str, dict]]:
         "bindir": BOARD_BINDIR,
         "config_path": BOARD_SELFTEST_CONFIG,
         "model_dir": BOARD_MODEL_DIR,
+        "state_name": os.path.basename(BOARD_RESULTS_DIR),
+        "user": BOARD_SELFTEST_USER,
         "deadline_s": board["deadline_s"],
         # The last run may start just before the deadline and take run_timeout_s.
         "timeout_start_s": board["deadline_s"] + board["run_timeout_s"] + 300,
@@ -143,6 +148,7 @@ def _selftest_files(cfg: Config) -> list[tuple[str, str, dict]]:
     model = _model_context(cfg, env)
     copying = _render(env, "layer/COPYING.MIT.j2", {"cfg": cfg}).encode("utf-8")
     recipe = {
+        "user": BOARD_SELFTEST_USER,
         "selftest_sources": selftest_sources(),
         "model_recipe": MODEL_RECIPE,
         "copying_md5": hashlib.md5(copying).hexdigest(),
