@@ -78,7 +78,7 @@ def test_rendered_board_config_carries_the_kld_thresholds():
         ("  kld_max_mean: ", "1.5", "above 0 and at most 1"),
         ("  kld_max_mean: ", "'0.01'", "above 0 and at most 1"),
         ("  kld_min_same_top_p: ", "101", "percent, 0 to 100"),
-        ("  kld_min_same_top_p: ", ".nan", "a finite number"),
+        ("  kld_min_same_top_p: ", ".nan", "percent, 0 to 100"),
         ("  kld_max_mean: ", ".inf", "above 0 and at most 1"),
     ],
 )
