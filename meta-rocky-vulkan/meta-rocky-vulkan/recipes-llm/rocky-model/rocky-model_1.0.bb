@@ -8,6 +8,8 @@ SECTION = "misc"
 LICENSE = "Qwen-Research"
 LIC_FILES_CHKSUM = "file://MODEL-LICENSE;md5=47778a67412d2b5cbad5e2fb985fe0d3"
 NO_GENERIC_LICENSE[Qwen-Research] = "MODEL-LICENSE"
+# Non-commercial terms: whoever builds accepts them with LICENSE_FLAGS_ACCEPTED (kas/model-licence.yml).
+LICENSE_FLAGS = "qwen-research"
 
 # nooelint: oelint.vars.downloadfilename - the upstream file name the self-test uses; the sha256 pin makes it unique
 SRC_URI = "\

@@ -10,8 +10,13 @@ inherit core-image extrausers
 
 IMAGE_FEATURES += "ssh-server-openssh"
 
+# What the self-test needs is named here, so it is a hard dependency: through vulkan-loader's
+# RRECOMMENDS alone, NO_RECOMMENDATIONS or BAD_RECOMMENDATIONS would drop the GPU driver
+# silently. The board's CSF firmware comes with the machine (MACHINE_EXTRA_RDEPENDS).
 IMAGE_INSTALL += "\
     kernel-module-panthor \
+    mesa-vulkan-drivers \
+    vulkan-loader \
     vulkan-tools \
     llama-cpp \
     llama-cpp-tests \
@@ -22,11 +27,26 @@ IMAGE_INSTALL += "\
 
 IMAGE_FSTYPES = "wic.gz wic.bmap"
 
+# Skipped (with the reason bitbake prints when the image is asked for) rather than built wrong:
+# other distros lack the pinned Mesa and its panvk patch, so the self-test would crash; and the
+# model's licence must be accepted by whoever builds (OE's LICENSE_FLAGS, see rocky-model).
+python () {
+    if d.getVar("DISTRO") != "rocky-vulkan":
+        raise bb.parse.SkipRecipe("needs DISTRO = \"rocky-vulkan\" (its Mesa pin and panvk patch); build it with kas/base.yml")
+    flag = "qwen-research"
+    accepted = (d.getVar("LICENSE_FLAGS_ACCEPTED") or "").split()
+    if flag not in accepted and flag + "_rocky-model" not in accepted:
+        raise bb.parse.SkipRecipe("the model's licence is not accepted: read its terms (rocky-model's HOMEPAGE), then add LICENSE_FLAGS_ACCEPTED += \"" + flag + "\" to your configuration, e.g. kas build kas/<machine>.yml:kas/model-licence.yml")
+}
+
 # Access. Root has no password and no SSH login (oe-core replaces an empty root password with
 # '*' unless empty-root-password is set, which only kas/debug.yml may do). The configured user
 # logs in over SSH with the keys from rocky-vulkan.yaml; with no keys configured, with the
 # initial password "rocky", which must be changed at the first login.
-ROCKY_HOSTNAME = "rock-5-itx"
+# Each board's hostname from rocky-vulkan.yaml (machines.<name>.hostname); others: the machine.
+ROCKY_HOSTNAME = "${MACHINE}"
+ROCKY_HOSTNAME:rock-5-itx = "rock-5-itx"
+ROCKY_HOSTNAME:rock-5b-rocky = "rock-5b"
 ROCKY_USER = "rocky"
 ROCKY_SSH_KEYS = ""
 # `openssl passwd -6 -salt rockyvulkan rocky`; '$' escaped for extrausers' shell evaluation.
