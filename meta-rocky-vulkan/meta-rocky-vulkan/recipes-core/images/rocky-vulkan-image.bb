@@ -27,17 +27,14 @@ IMAGE_INSTALL += "\
 
 IMAGE_FSTYPES = "wic.gz wic.bmap"
 
-# Skipped (with the reason bitbake prints when the image is asked for) rather than built wrong:
-# other distros lack the pinned Mesa and its panvk patch, so the self-test would crash; and the
+# Skipped, with the reason bitbake prints when the image is asked for, rather than built wrong:
+# other distros lack the pinned Mesa and its panvk patch (the self-test would crash), and the
 # model's licence must be accepted by whoever builds (OE's LICENSE_FLAGS, see rocky-model).
-python () {
-    if d.getVar("DISTRO") != "rocky-vulkan":
-        raise bb.parse.SkipRecipe("needs DISTRO = \"rocky-vulkan\" (its Mesa pin and panvk patch); build it with kas/base.yml")
-    flag = "qwen-research"
-    accepted = (d.getVar("LICENSE_FLAGS_ACCEPTED") or "").split()
-    if flag not in accepted and flag + "_rocky-model" not in accepted:
-        raise bb.parse.SkipRecipe("the model's licence is not accepted: read its terms (rocky-model's HOMEPAGE), then add LICENSE_FLAGS_ACCEPTED += \"" + flag + "\" to your configuration, e.g. kas build kas/<machine>.yml:kas/model-licence.yml")
-}
+ROCKY_MODEL_LICENSE_FLAG = "qwen-research"
+ROCKY_MODEL_TERMS_OK = "${@bb.utils.contains_any('LICENSE_FLAGS_ACCEPTED', '${ROCKY_MODEL_LICENSE_FLAG} ${ROCKY_MODEL_LICENSE_FLAG}_rocky-model', 'yes', 'no', d)}"
+ROCKY_WRONG_DISTRO = "needs DISTRO = rocky-vulkan (its Mesa pin and panvk patch); build it with kas/base.yml"
+ROCKY_MODEL_TERMS_MSG = "the model's licence is not accepted: read its terms (rocky-model's HOMEPAGE), then add LICENSE_FLAGS_ACCEPTED += '${ROCKY_MODEL_LICENSE_FLAG}' to your configuration, e.g. kas build kas/<machine>.yml:kas/model-licence.yml"
+SKIP_RECIPE[rocky-vulkan-image] = "${@d.getVar('ROCKY_WRONG_DISTRO') if d.getVar('DISTRO') != 'rocky-vulkan' else (d.getVar('ROCKY_MODEL_TERMS_MSG') if d.getVar('ROCKY_MODEL_TERMS_OK') != 'yes' else '')}"
 
 # Access. Root has no password and no SSH login (oe-core replaces an empty root password with
 # '*' unless empty-root-password is set, which only kas/debug.yml may do). The configured user
