@@ -27,7 +27,8 @@ https://git.openembedded.org/openembedded-core file://$mirrors/openembedded-core
 https://git.yoctoproject.org/meta-yocto file://$mirrors/meta-yocto
 https://git.yoctoproject.org/meta-arm file://$mirrors/meta-arm
 https://git.yoctoproject.org/meta-rockchip file://$mirrors/meta-rockchip"
-export KAS_WORK_DIR="$work" LANG=en_US.UTF-8 LC_ALL=en_US.UTF-8
+# Its own kas build dir: kas rewrites conf/ there, which must not disturb bitbake-env.sh.
+export KAS_WORK_DIR="$work" KAS_BUILD_DIR="$work/ycl-kas" LANG=en_US.UTF-8 LC_ALL=en_US.UTF-8
 
 git rev-parse HEAD > "$out/yocto-check-layer.commit"
 kas shell "kas/${machines[0]}.yml:kas/offline.yml" -c "
