@@ -104,6 +104,7 @@ def _model_context(cfg: Config, env: jinja2.Environment) -> dict:
         "model_dir": BOARD_MODEL_DIR,
         "model_subdir": BOARD_MODEL_SUBDIR,
         "model_recipe": MODEL_RECIPE,
+        "model_license_flag": MODEL_LICENSE_FLAG,
     }
     license_text = env.get_template("layer/MODEL-LICENSE.j2").render(context)
     context["license_md5"] = hashlib.md5(license_text.encode("utf-8")).hexdigest()

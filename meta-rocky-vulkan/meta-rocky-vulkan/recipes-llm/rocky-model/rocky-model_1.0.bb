@@ -6,7 +6,7 @@ DESCRIPTION = "The reference model of the rocky-vulkan self-test, fetched at bui
 HOMEPAGE = "https://huggingface.co/Qwen/Qwen2.5-3B-Instruct-GGUF"
 SECTION = "misc"
 LICENSE = "Qwen-Research"
-LIC_FILES_CHKSUM = "file://MODEL-LICENSE;md5=47778a67412d2b5cbad5e2fb985fe0d3"
+LIC_FILES_CHKSUM = "file://MODEL-LICENSE;md5=48b307d8eab8d65fdd11ae01887bd421"
 NO_GENERIC_LICENSE[Qwen-Research] = "MODEL-LICENSE"
 # Non-commercial terms: whoever builds accepts them with LICENSE_FLAGS_ACCEPTED (kas/model-licence.yml).
 LICENSE_FLAGS = "qwen-research"
