@@ -9,6 +9,22 @@
 # About 30+ minutes per layer on 2 cores. Run as a normal user, kas 5.5 on PATH.
 set -euo pipefail
 
+if [ "${1:-}" = --inner ]; then
+    # Inside `kas shell`: a fresh build dir from oe-core's template, offline.
+    work=$2 out=$3 machines=$4
+    shift 4
+    rm -rf "$work/ycl-build"
+    cd "$work/openembedded-core"
+    # shellcheck disable=SC1091
+    . ./oe-init-build-env "$work/ycl-build" > /dev/null
+    printf 'BB_NO_NETWORK = "1"\nCONNECTIVITY_CHECK_URIS = ""\n' >> conf/local.conf
+    # shellcheck disable=SC2086
+    exec yocto-check-layer -o "$out/yocto-check-layer.log" \
+        --dependency "$work/meta-arm/meta-arm" "$work/meta-arm/meta-arm-toolchain" \
+                     "$work/meta-rockchip" "$work/openembedded-core/meta" "$work/meta-yocto/meta-poky" \
+        --machines $machines -- "$@"
+fi
+
 if [ $# -ne 2 ]; then
     echo "usage: $0 MIRRORS OUT" >&2
     exit 2
@@ -31,13 +47,5 @@ https://git.yoctoproject.org/meta-rockchip file://$mirrors/meta-rockchip"
 export KAS_WORK_DIR="$work" KAS_BUILD_DIR="$work/ycl-kas" LANG=en_US.UTF-8 LC_ALL=en_US.UTF-8
 
 git rev-parse HEAD > "$out/yocto-check-layer.commit"
-kas shell "kas/${machines[0]}.yml:kas/offline.yml" -c "
-    set -e
-    rm -rf '$work/ycl-build'
-    . '$work/openembedded-core/oe-init-build-env' '$work/ycl-build' > /dev/null
-    printf 'BB_NO_NETWORK = \"1\"\nCONNECTIVITY_CHECK_URIS = \"\"\n' >> conf/local.conf
-    yocto-check-layer -o '$out/yocto-check-layer.log' \
-        --dependency '$work/meta-arm/meta-arm' '$work/meta-arm/meta-arm-toolchain' \
-                     '$work/meta-rockchip' '$work/openembedded-core/meta' '$work/meta-yocto/meta-poky' \
-        --machines ${machines[*]} -- ${layers[*]}
-"
+kas shell "kas/${machines[0]}.yml:kas/offline.yml" \
+    -c "bash '$root/tools/yocto-check-layer.sh' --inner '$work' '$out' '${machines[*]}' ${layers[*]}"
