@@ -15,6 +15,7 @@ if [ "${1:-}" = --inner ]; then
     shift 4
     rm -rf "$work/ycl-build"
     cd "$work/openembedded-core"
+    set +u  # oe-init-build-env reads unset variables
     # shellcheck disable=SC1091
     . ./oe-init-build-env "$work/ycl-build" > /dev/null
     printf 'BB_NO_NETWORK = "1"\nCONNECTIVITY_CHECK_URIS = ""\n' >> conf/local.conf
