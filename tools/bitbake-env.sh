@@ -1,8 +1,8 @@
 #!/bin/bash
 # Build-readiness check as far as offline allows, and the dumps tests/test_bitbake_env.py reads:
 # per machine, the parse and `bitbake -n rocky-vulkan-image` (every task of the image, with
-# signatures, nothing run), `bitbake -e` of the recipes whose values we render; for the first
-# machine, the image refused without the model licence.
+# signatures, nothing run), `bitbake -e` of the recipes whose values we render; and, for the
+# first machine, the image refused without the model licence.
 #
 #   tools/bitbake-env.sh MIRRORS OUT [MACHINE...]
 #
@@ -43,13 +43,23 @@ https://git.yoctoproject.org/meta-arm file://$mirrors/meta-arm
 https://git.yoctoproject.org/meta-rockchip file://$mirrors/meta-rockchip"
 export KAS_WORK_DIR="$out/work" LANG=en_US.UTF-8 LC_ALL=en_US.UTF-8
 mkdir -p "$KAS_WORK_DIR"
-rm -f "$out/layer-tree"
+rm -f "$out/layer-tree" "$out/no-licence.txt"
+
+# Check the repos out once; the kas shells below run side by side and must not race on it.
+kas checkout "kas/${machines[0]}.yml:kas/offline.yml:kas/model-licence.yml"
+
+# Without the licence fragment the image must be skipped, with the reason. One board suffices;
+# its own kas build dir (another local.conf means another full parse), alongside the boards.
+KAS_BUILD_DIR="$KAS_WORK_DIR/no-licence" kas shell --skip repos_checkout \
+    "kas/${machines[0]}.yml:kas/offline.yml" \
+    -c "bitbake -n rocky-vulkan-image" > "$out/no-licence.txt" 2>&1 &
+no_licence=$!
 
 for machine in "${machines[@]}"; do
     dir="$out/$machine"
     rm -rf "$dir" && mkdir -p "$dir"
     # One bitbake server (-T keeps it while idle) parses once and answers every command.
-    kas shell "kas/$machine.yml:kas/offline.yml:kas/model-licence.yml" -c "
+    kas shell --skip repos_checkout "kas/$machine.yml:kas/offline.yml:kas/model-licence.yml" -c "
         set -e
         bitbake -T 600 -n rocky-vulkan-image > '$dir/dry-run.txt' 2>&1
         bitbake -T 600 -e > '$dir/global.env'
@@ -60,9 +70,6 @@ for machine in "${machines[@]}"; do
     "
     grep -E '^(Parsing of|NOTE: Tasks Summary|ERROR|WARNING)' "$dir/dry-run.txt" || true
 done
-# Without the licence fragment the image must be skipped, with the reason (one board suffices:
-# another local.conf means another full parse).
-kas shell "kas/${machines[0]}.yml:kas/offline.yml" -c "bitbake -n rocky-vulkan-image" \
-    > "$out/${machines[0]}/no-licence.txt" 2>&1 || true
+wait "$no_licence" || true
 git rev-parse HEAD:meta-rocky-vulkan > "$out/layer-tree"
 echo "dumps in $out for: ${machines[*]}"
