@@ -47,12 +47,15 @@ def variable(env: str, name: str) -> tuple[str, list[str]]:
     """(final value, history lines '<op> <file>:<line>') of NAME in a `bitbake -e` dump."""
     match = re.search(r"^(?:export )?" + re.escape(name) + r'="(.*)"$', env, re.M)
     assert match, f"{name} not in the dump"
-    head = env.rfind(f"\n# ${name} [", 0, match.start())
+    heads = [env.rfind(f"\n# ${name}{end}", 0, match.start()) for end in ("\n", " [")]
     history = []
-    if head >= 0:
-        block = env[head : match.start()]
-        history = re.findall(r"^#   (\S+(?:\[\S+\])? \S+:\d+)", block, re.M)
-    return match.group(1), history
+    if max(heads) >= 0:
+        block = env[max(heads) : match.start()]
+        history = re.findall(r"^#   (\S+ \S+:\d+)$", block, re.M)
+    # Weak defaults (set?) and documentation.conf's [doc] are not settings.
+    return match.group(1), [
+        h for h in history if not h.startswith("set? ") and "/documentation.conf:" not in h
+    ]
 
 
 def read(dumps: Path, machine: Machine, name: str) -> str:
@@ -69,7 +72,8 @@ def test_board_settings_come_from_our_machine_file(dumps, machine):
     ):
         value, history = variable(env, name)
         assert value == expected
-        assert history and ours in history[-1], (name, history)
+        # Only our machine file sets it: no other layer's file of the same name was read.
+        assert history and all(ours in h for h in history), (name, history)
     value, history = variable(env, "MACHINE_EXTRA_RDEPENDS")
     assert set(machine.firmware) <= set(value.split())
     assert any(ours in line for line in history), history
@@ -124,7 +128,6 @@ def test_image_hostname_and_dry_run(dumps, machine):
     assert variable(env, "IMAGE_FSTYPES")[0].split() == ["wic.gz", "wic.bmap"]
     dry = read(dumps, machine, "dry-run.txt")
     assert not re.search(r"^ERROR:", dry, re.M), dry[-2000:]
-    assert re.search(r"^Parsing of \d+ .bb files complete .* 0 errors\.$", dry, re.M)
     assert re.search(r"^NOTE: Tasks Summary: Attempted \d+ tasks", dry, re.M), dry[-2000:]
 
 
