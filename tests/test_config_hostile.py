@@ -231,7 +231,18 @@ def test_every_schema_pattern_is_anchored_for_other_json_schema_tools():
 
 
 @pytest.mark.parametrize(
-    "user", ["root", "daemon", "nobody", "video", "render", "sshd", "messagebus", "systemd-network"]
+    "user",
+    [
+        "root",
+        "daemon",
+        "nobody",
+        "video",
+        "render",
+        "sshd",
+        "messagebus",
+        "systemd-network",
+        "rocky-selftest",
+    ],
 )
 def test_image_user_is_no_system_account(project, user):
     with pytest.raises(ConfigError) as err:
