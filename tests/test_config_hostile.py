@@ -49,7 +49,7 @@ def test_the_run_covers_every_string_field_of_the_config():
         "model.name",
         "model.url",
         "image.ssh_authorized_keys[0]",
-        "image.hostname",
+        "machines.rock-5-itx.hostname",
         "image.user",
         "image.password_hash",
         "repos[0].branch",
