@@ -55,6 +55,7 @@ class Repo:
 class Machine:
     name: str
     description: str
+    hostname: str
     soc: str
     devicetree: str
     uboot_defconfig: str
@@ -111,7 +112,6 @@ class Selftest:
 
 @dataclass(frozen=True)
 class Image:
-    hostname: str
     user: str
     ssh_authorized_keys: tuple[str, ...]
     extra_packages: tuple[str, ...]
@@ -408,7 +408,6 @@ def _build(data: dict[str, Any], source: Path) -> Config:
             reference=Reference(**{k: float(v) for k, v in st["reference"].items()}),
         ),
         image=Image(
-            hostname=data["image"]["hostname"],
             user=data["image"]["user"],
             ssh_authorized_keys=tuple(data["image"]["ssh_authorized_keys"]),
             extra_packages=tuple(data["image"]["extra_packages"]),

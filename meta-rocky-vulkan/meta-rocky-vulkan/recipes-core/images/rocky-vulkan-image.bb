@@ -10,8 +10,13 @@ inherit core-image extrausers
 
 IMAGE_FEATURES += "ssh-server-openssh"
 
+# What the self-test needs is named here, so it is a hard dependency: through vulkan-loader's
+# RRECOMMENDS alone, NO_RECOMMENDATIONS or BAD_RECOMMENDATIONS would drop the GPU driver
+# silently. The board's CSF firmware comes with the machine (MACHINE_EXTRA_RDEPENDS).
 IMAGE_INSTALL += "\
     kernel-module-panthor \
+    mesa-vulkan-drivers \
+    vulkan-loader \
     vulkan-tools \
     llama-cpp \
     llama-cpp-tests \
@@ -22,6 +27,15 @@ IMAGE_INSTALL += "\
 
 IMAGE_FSTYPES = "wic.gz wic.bmap"
 
+# Skipped, with the reason bitbake prints when the image is asked for, rather than built wrong:
+# other distros lack the pinned Mesa and its panvk patch (the self-test would crash), and the
+# model's licence must be accepted by whoever builds (OE's LICENSE_FLAGS, see rocky-model).
+ROCKY_MODEL_LICENSE_FLAG = "qwen-research"
+ROCKY_MODEL_TERMS_OK = "${@bb.utils.contains_any('LICENSE_FLAGS_ACCEPTED', '${ROCKY_MODEL_LICENSE_FLAG} ${ROCKY_MODEL_LICENSE_FLAG}_rocky-model', 'yes', 'no', d)}"
+ROCKY_WRONG_DISTRO = "needs DISTRO = rocky-vulkan (its Mesa pin and panvk patch); build it with kas/base.yml"
+ROCKY_MODEL_TERMS_MSG = "the model's licence is not accepted: read its terms (rocky-model's HOMEPAGE), then add LICENSE_FLAGS_ACCEPTED += '${ROCKY_MODEL_LICENSE_FLAG}' to your configuration, e.g. kas build kas/<machine>.yml:kas/model-licence.yml"
+SKIP_RECIPE[rocky-vulkan-image] = "${@d.getVar('ROCKY_WRONG_DISTRO') if d.getVar('DISTRO') != 'rocky-vulkan' else (d.getVar('ROCKY_MODEL_TERMS_MSG') if d.getVar('ROCKY_MODEL_TERMS_OK') != 'yes' else '')}"
+
 # Access: no credential is built into the image and nothing logs in over the network before
 # its owner has a credential. Root has no password and no SSH login (oe-core replaces an empty
 # root password with '*' unless empty-root-password is set, which only kas/debug.yml may do).
@@ -30,7 +44,10 @@ IMAGE_FSTYPES = "wic.gz wic.bmap"
 # - with the password whose hash is image.password_hash, on the console and over SSH;
 # - with neither: on the serial console or HDMI only, where the first login (an empty password,
 #   expired) makes the owner choose a password; sshd takes no passwords, so the LAN cannot.
-ROCKY_HOSTNAME = "rock-5-itx"
+# Each board's hostname from rocky-vulkan.yaml (machines.<name>.hostname); others: the machine.
+ROCKY_HOSTNAME = "${MACHINE}"
+ROCKY_HOSTNAME:rock-5-itx = "rock-5-itx"
+ROCKY_HOSTNAME:rock-5b-rocky = "rock-5b"
 ROCKY_USER = "rocky"
 # Each key as one single-quoted shell word, for the printf in rocky_image_identity.
 ROCKY_SSH_KEYS = ""

@@ -6,8 +6,11 @@ DESCRIPTION = "The reference model of the rocky-vulkan self-test, fetched at bui
 HOMEPAGE = "https://huggingface.co/Qwen/Qwen2.5-3B-Instruct-GGUF"
 SECTION = "misc"
 LICENSE = "Qwen-Research"
-LIC_FILES_CHKSUM = "file://MODEL-LICENSE;md5=47778a67412d2b5cbad5e2fb985fe0d3"
+LIC_FILES_CHKSUM = "file://MODEL-LICENSE;md5=48b307d8eab8d65fdd11ae01887bd421"
 NO_GENERIC_LICENSE[Qwen-Research] = "MODEL-LICENSE"
+# Non-commercial terms: whoever builds accepts them with LICENSE_FLAGS_ACCEPTED (kas/model-licence.yml).
+LICENSE_FLAGS = "qwen-research"
+LICENSE_FLAGS_DETAILS[qwen-research] = "Qwen2.5-3B-Instruct Q4_K_M is under the Qwen RESEARCH LICENSE AGREEMENT (research and evaluation only; see https://huggingface.co/Qwen/Qwen2.5-3B-Instruct-GGUF). Once you accept it, add LICENSE_FLAGS_ACCEPTED += 'qwen-research' to your configuration (kas: add :kas/model-licence.yml)."
 
 # nooelint: oelint.vars.downloadfilename - the upstream file name the self-test uses; the sha256 pin makes it unique
 SRC_URI = "\
