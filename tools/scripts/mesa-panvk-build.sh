@@ -79,7 +79,7 @@ cmd_root() {
 	# shellcheck disable=SC2086
 	in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y $BUILD_PKGS $SIM_PKGS
 	in_root dpkg-query -W -f '${Package} ${Version}\n' meson llvm-$LLVM-dev libdrm-dev \
-		libclc-$LLVM llama.cpp-tools libggml0-backend-vulkan vulkan-tools
+		libclc-$LLVM llama.cpp-tools libggml0-backend-vulkan vulkan-tools cmake glslc spirv-headers
 }
 
 # Write a git tree into a directory. A snapshot brought by the search tool's `fetch` may lack a
