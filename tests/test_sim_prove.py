@@ -172,7 +172,8 @@ def test_runner_times_stages_and_records_a_failure(tmp_path: Path):
         ("one", True, "note"),
         ("two", False, "broke"),
     ]
-    assert "| two |" in stages_table(runner.stages) and "FAILED" in stages_table(runner.stages)
+    table = stages_table(runner.stages, 12.0)
+    assert "| two |" in table and "FAILED" in table and "| whole command | 12 |" in table
 
 
 def test_runner_lanes_run_side_by_side_and_raise_failures(tmp_path: Path):
