@@ -78,26 +78,36 @@ def test_check_fails_with_diff_on_drift_and_passes_after_render(project, capsys)
     assert main(["--config", cfg_path, "render", "--check"]) == 0
 
 
+OUTPUTS = ("meta-rocky-vulkan", "kas")
+
+
 def test_failed_render_leaves_old_tree_untouched(project, monkeypatch):
     cfg = load_config(project / "rocky-vulkan.yaml")
-    before = {p: p.read_bytes() for p in (project / "meta-rocky-vulkan").rglob("*") if p.is_file()}
+
+    def tree() -> dict:
+        return {
+            p: p.read_bytes() for top in OUTPUTS for p in (project / top).rglob("*") if p.is_file()
+        }
+
+    before = tree()
     real_rename = os.rename
     calls = []
 
     def rename_then_fail(src, dst):
         # Fault injection: the second swap (kas/) fails after the layer was swapped in.
         calls.append(dst)
-        if str(dst).endswith("/kas") and "render-" in str(src):
+        if str(dst).endswith("/kas") and str(src).endswith("/kas") and "render-" in str(src):
             raise OSError("disk full (injected)")
         return real_rename(src, dst)
 
     monkeypatch.setattr(render_mod.os, "rename", rename_then_fail)
     (project / "meta-rocky-vulkan/conf/layer.conf").write_text("old\n")
     before[project / "meta-rocky-vulkan/conf/layer.conf"] = b"old\n"
-    with pytest.raises(OSError, match="injected"):
+    with pytest.raises(
+        render_mod.RenderError, match=r"disk full \(injected\).*Nothing was changed"
+    ):
         render_mod.write_rendered(cfg)
-    after = {p: p.read_bytes() for p in (project / "meta-rocky-vulkan").rglob("*") if p.is_file()}
-    assert after == before
+    assert tree() == before  # the layer swapped back, and kas/ (moved aside) put back too
     assert not list(project.glob(".render-*"))
 
 

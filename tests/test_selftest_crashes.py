@@ -125,7 +125,7 @@ def test_cli_run_writes_result_motd_and_stamp_even_when_everything_fails(tmp_pat
         "sweep", "ratio", "output_match",
     ]  # fmt: skip
     assert [r["reason"] for r in doc["sweep"]][:1] == ["killed by SIGSEGV"]
-    assert stamp.read_text().startswith("started ")
+    assert stamp.read_text().startswith("FAIL ")  # written once the verdict was saved
     text = motd.read_text()
     assert text.startswith("Welcome to rocky-vulkan\n") and "rocky-selftest FAIL" in text
     # A second run replaces the block instead of stacking a new one.

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +23,9 @@ pytestmark = pytest.mark.timeout(120)
 LAYER_FILES = ROOT / "meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
 # The OE python3 packages the recipe RDEPENDS on hold exactly these modules (python3-manifest).
 ALLOWED_IMPORTS = {
-    "__future__", "argparse", "dataclasses", "errno", "glob", "hashlib", "json", "os",
-    "platform", "re", "signal", "subprocess", "sys", "tempfile", "time", "typing",
+    "__future__", "argparse", "collections", "contextlib", "dataclasses", "errno", "glob",
+    "hashlib", "json", "math", "os", "platform", "re", "shutil", "signal", "stat", "subprocess",
+    "sys", "tempfile", "time", "traceback", "typing",
 }  # fmt: skip
 
 
@@ -144,25 +144,3 @@ def test_recipe_ships_every_selftest_source_and_the_image_installs_both():
         assert (LAYER_FILES / "rocky_selftest" / src.name).read_bytes() == src.read_bytes()
     image = (ROOT / "meta-rocky-vulkan/recipes-core/images/rocky-vulkan-image.bb").read_text()
     assert "rocky-selftest \\" in image and "rocky-model \\" in image
-
-
-@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
-def test_unit_passes_systemd_analyze_verify(tmp_path):
-    # verify also checks that ExecStart exists: point it at an executable copy of the script.
-    script = tmp_path / "rocky-selftest"
-    script.write_bytes((LAYER_FILES / "rocky-selftest").read_bytes())
-    script.chmod(0o755)
-    unit = (LAYER_FILES / "rocky-selftest.service").read_text()
-    assert "ExecStart=/usr/bin/rocky-selftest " in unit
-    (tmp_path / "rocky-selftest.service").write_text(
-        unit.replace("ExecStart=/usr/bin/rocky-selftest ", f"ExecStart={script} ")
-    )
-    proc = subprocess.run(
-        ["systemd-analyze", "verify", str(tmp_path / "rocky-selftest.service")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    complaints = [
-        line for line in (proc.stdout + proc.stderr).splitlines()
-        if "rocky-selftest.service" in line
-    ]  # fmt: skip
-    assert proc.returncode == 0 and not complaints, proc.stdout + proc.stderr

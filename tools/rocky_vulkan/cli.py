@@ -24,15 +24,40 @@ COMMAND_MODULES = (
 )
 
 
+# What `rocky-vulkan --help` tells a user: what the tool is for and the usual order of commands.
+DESCRIPTION = """\
+Build, flash and check a Yocto image that runs llama.cpp on the Mali-G610 GPU of an RK3588 board
+(Radxa ROCK 5 ITX / ITX+, ROCK 5B) with the open driver stack: mainline Linux (panthor), Mesa
+panvk and llama.cpp's Vulkan backend. Everything comes from one config file, rocky-vulkan.yaml."""
+
+WORKFLOW = """\
+the usual order:
+  rocky-vulkan doctor                 check this build host
+  rocky-vulkan model fetch            download the reference model (pins its sha256 if null)
+  rocky-vulkan render                 write meta-rocky-vulkan/ and kas/ from rocky-vulkan.yaml
+  rocky-vulkan build                  render, doctor, lint, then build the image with kas
+  rocky-vulkan flash IMAGE DEVICE     write the image to a microSD card, verified
+  (boot the board: a self-test runs once and writes /var/lib/rocky-selftest/result.json)
+  rocky-vulkan report result.json     the board's numbers against the reference, and a verdict
+
+After changing rocky-vulkan.yaml, run `rocky-vulkan render` and commit both.
+`rocky-vulkan COMMAND --help` describes one command; README.md has the walk-through."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rocky-vulkan", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="rocky-vulkan",
+        description=DESCRIPTION,
+        epilog=WORKFLOW,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "-c",
         "--config",
         default="rocky-vulkan.yaml",
         help="the project config (default: %(default)s)",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import functools
 import json
+import math
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -15,6 +20,21 @@ from .errors import UserError
 
 PATCH_DIR_NAME = "patches"
 REQUIRED_REPOS = ("bitbake", "openembedded-core", "meta-arm", "meta-rockchip")
+
+# Limits checked while the YAML is composed, before any object is built: the config is a few
+# kB and a few levels deep, so these only stop alias/depth bombs and runaway files.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_DEPTH = 20
+MAX_NODES = 20_000
+
+# Accounts and groups an OE image already has (base-passwd, systemd, openssh, ...): the image
+# user must not be one of them (useradd would fail, or the user would be a system account).
+SYSTEM_ACCOUNTS = frozenset(
+    """root daemon bin sys sync games man lp mail news uucp proxy www-data backup list irc gnats
+    nobody nogroup adm tty disk kmem dialout fax voice cdrom floppy tape sudo audio dip operator
+    src shadow utmp video sasl plugdev staff users input kvm render sgx clock shutdown wheel
+    netdev messagebus sshd avahi polkitd tss dbus systemd-journal""".split()
+)
 
 
 class ConfigError(UserError):
@@ -81,6 +101,8 @@ class Selftest:
     tuned_vs_stock_ratio: float
     ratio_tolerance: float
     match_tokens: int
+    kld_max_mean: float
+    kld_min_same_top_p: float
     run_timeout_s: int
     deadline_s: int
     reference: Reference
@@ -92,6 +114,9 @@ class Image:
     user: str
     ssh_authorized_keys: tuple[str, ...]
     extra_packages: tuple[str, ...]
+    # A crypt(3) hash ($y$ or $6$) or None: then there is no password until the first login
+    # on the console, and SSH takes keys only.
+    password_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,12 +147,47 @@ class Config:
         raise ConfigError(f"unknown machine {name!r}; machines in {self.path.name}: {known}")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses duplicate keys instead of silently keeping the last one."""
+# libyaml's parser when PyYAML has it (much faster), else the pure-Python one.
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _check_events(text: str) -> None:
+    """Refuse what a config never needs while only the event stream is read, before any node
+    or object is built: anchors and aliases (alias bombs), nesting deeper than MAX_DEPTH
+    (RecursionError in the composer) and more than MAX_NODES values."""
+    depth = nodes = 0
+    for event in yaml.parse(text, Loader=_BaseLoader):
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise ConfigError(
+                f"line {line}: YAML anchors and aliases (&name, *name) are not allowed; "
+                "write each value out in full"
+            )
+        if isinstance(event, yaml.ScalarEvent | yaml.CollectionStartEvent):
+            nodes += 1
+            if nodes > MAX_NODES:
+                raise ConfigError(f"line {line}: more than {MAX_NODES} values; this is no config")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ConfigError(
+                    f"line {line}: nested more than {MAX_DEPTH} levels deep; "
+                    "the config is only a few levels deep"
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+class _UniqueKeyLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """A safe loader that refuses duplicate keys instead of silently keeping the last one, and
+    keys that are not plain scalars. Run _check_events on the text first."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen = set()
         for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                mark = key_node.start_mark
+                raise ConfigError(f"line {mark.line + 1}: a key must be a plain name")
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 mark = key_node.start_mark
@@ -136,6 +196,46 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _is_integer(checker: Any, instance: Any) -> bool:
+    """An int written as an int: not 64.0 (which would render as '64.0'), not true/false."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _is_number(checker: Any, instance: Any) -> bool:
+    """A finite int or float (no .nan/.inf: they cannot be written as JSON), not a bool."""
+    if isinstance(instance, bool) or not isinstance(instance, int | float):
+        return False
+    return math.isfinite(instance)
+
+
+def _fullmatch_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    """JSON-schema `pattern` searches, and `$` matches before a trailing newline: here the
+    whole string must match (re.fullmatch), so 'abc\\n' never passes '^abc$'."""
+    if isinstance(instance, str) and not re.fullmatch(pattern, instance):
+        yield jsonschema.ValidationError(f"{_short(instance)} does not match {pattern!r}")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """repr() cut to `limit` characters, so a 1 MB value does not flood the message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + "...'" + f" ({len(value)} chars)"
+
+
+_CHECKER = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+    {"integer": _is_integer, "number": _is_number}
+)
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    validators={"pattern": _fullmatch_pattern},
+    type_checker=_CHECKER,
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _validator() -> Any:
+    return _Validator(_schema())
 
 
 def _schema() -> dict[str, Any]:
@@ -163,11 +263,11 @@ def _describe(error: jsonschema.ValidationError) -> str:
         expected = None
     if expected is None:
         return f"{where}: {error.message}"
-    return f"{where}: expected {expected}, got {error.instance!r}"
+    return f"{where}: expected {expected}, got {_short(error.instance)}"
 
 
 def _validate(data: Any, source: Path) -> None:
-    validator = jsonschema.Draft202012Validator(_schema())
+    validator = _validator()
     errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = "\n  ".join(_describe(_leaf(e)) for e in errors)
@@ -184,6 +284,25 @@ def _leaf(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
     return error
 
 
+def _non_finite(value: Any, path: tuple = ()) -> list[str]:
+    """Fields holding YAML's .nan/.inf: JSON Schema's bounds let them through (NaN compares
+    false with everything), and the board cannot compare a measurement with them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [_field_path(path)]
+    if isinstance(value, dict):
+        return [f for k, v in value.items() for f in _non_finite(v, (*path, k))]
+    if isinstance(value, list):
+        return [f for i, v in enumerate(value) for f in _non_finite(v, (*path, i))]
+    return []
+
+
+def _check_finite(data: dict[str, Any], source: Path) -> None:
+    bad = _non_finite(data)
+    if bad:
+        lines = "\n  ".join(f"{field}: expected a finite number, not .nan or .inf" for field in bad)
+        raise ConfigError(f"{source}: invalid config:\n  {lines}")
+
+
 def _check_references(data: dict[str, Any], source: Path) -> None:
     """Checks a schema cannot express: names that must refer to something that exists."""
     problems = []
@@ -198,7 +317,19 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
         problems.append(f"repos: {name!r} is listed twice; keep one entry")
     for name in REQUIRED_REPOS:
         if name not in names:
-            problems.append(f"repos: {name!r} is missing; the layer depends on it")
+            problems.append(
+                f"repos: {name!r} is missing (no repos[].name is {name!r}); the layer depends on it"
+            )
+    user = data["image"]["user"]
+    if user in SYSTEM_ACCOUNTS or user.startswith("systemd-"):
+        problems.append(
+            f"image.user: {user!r} is root or a system account/group of the image; "
+            "pick a personal login name like rocky"
+        )
+    for i, key in enumerate(data["image"]["ssh_authorized_keys"]):
+        problem = _ssh_key_problem(key)
+        if problem:
+            problems.append(f"image.ssh_authorized_keys[{i}]: {problem}")
     patch_dir = source.parent / PATCH_DIR_NAME
     for section in ("mesa", "llama_cpp"):
         for i, patch in enumerate(data[section]["patches"]):
@@ -209,6 +340,38 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
                 )
     if problems:
         raise ConfigError(f"{source}: invalid config:\n  " + "\n  ".join(problems))
+
+
+# How many length-prefixed fields each key type's blob holds (RFC 4253, 5656, 8709; PROTOCOL.u2f).
+_SSH_KEY_FIELDS = {
+    "ssh-ed25519": 2,
+    "ssh-rsa": 3,
+    "ecdsa-sha2-nistp256": 3,
+    "ecdsa-sha2-nistp384": 3,
+    "ecdsa-sha2-nistp521": 3,
+    "sk-ssh-ed25519@openssh.com": 3,
+    "sk-ecdsa-sha2-nistp256@openssh.com": 4,
+}
+
+
+def _ssh_key_problem(line: str) -> str | None:
+    """The key's base64 must decode to the blob ssh-keygen writes for that type: the type name,
+    then exactly the fields of that key type. Catches keys cut short or with a wrong prefix."""
+    kind, blob = line.split(" ")[:2]
+    try:
+        raw = base64.b64decode(blob, validate=True)
+    except (binascii.Error, ValueError):
+        return "the key's base64 part does not decode; paste the whole line of your .pub file"
+    fields, pos = [], 0
+    while pos + 4 <= len(raw):
+        size = int.from_bytes(raw[pos : pos + 4], "big")
+        fields.append(raw[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+    if not fields or fields[0] != kind.encode():
+        return f"the key data is not a {kind} key; paste the whole line of your .pub file"
+    if pos != len(raw) or len(fields) != _SSH_KEY_FIELDS.get(kind):
+        return "the key data is cut short or damaged; paste the whole line of your .pub file"
+    return None
 
 
 def _build(data: dict[str, Any], source: Path) -> Config:
@@ -237,6 +400,8 @@ def _build(data: dict[str, Any], source: Path) -> Config:
             tuned_vs_stock_ratio=float(st["tuned_vs_stock_ratio"]),
             ratio_tolerance=float(st["ratio_tolerance"]),
             match_tokens=st["match_tokens"],
+            kld_max_mean=float(st["kld_max_mean"]),
+            kld_min_same_top_p=float(st["kld_min_same_top_p"]),
             run_timeout_s=st["run_timeout_s"],
             deadline_s=st["deadline_s"],
             reference=Reference(**{k: float(v) for k, v in st["reference"].items()}),
@@ -246,6 +411,7 @@ def _build(data: dict[str, Any], source: Path) -> Config:
             user=data["image"]["user"],
             ssh_authorized_keys=tuple(data["image"]["ssh_authorized_keys"]),
             extra_packages=tuple(data["image"]["extra_packages"]),
+            password_hash=data["image"].get("password_hash"),
         ),
     )
 
@@ -254,6 +420,11 @@ def load_config(path: str | Path) -> Config:
     """Read, validate and freeze the config at `path`; raise ConfigError naming what is wrong."""
     source = Path(path).resolve()
     try:
+        if source.is_file() and source.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{source}: {source.stat().st_size} bytes; a config is a few kB "
+                f"(at most {MAX_CONFIG_BYTES})"
+            )
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(
@@ -262,6 +433,7 @@ def load_config(path: str | Path) -> Config:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{source}: cannot read config: {err}") from None
     try:
+        _check_events(text)
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
@@ -270,5 +442,6 @@ def load_config(path: str | Path) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of settings at the top level")
     _validate(data, source)
+    _check_finite(data, source)
     _check_references(data, source)
     return _build(data, source)

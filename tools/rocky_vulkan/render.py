@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
+import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -13,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import __version__
+from . import __version__, escape
 from .config import PATCH_DIR_NAME, Config, load_config
 from .errors import UserError
 
@@ -39,26 +42,38 @@ BOARD_SELFTEST_LIBDIR = "/usr/share/rocky-selftest"
 BOARD_SELFTEST_CONFIG = "/etc/rocky-selftest/config.json"
 BOARD_RESULTS_DIR = "/var/lib/rocky-selftest"
 BOARD_STAMP = f"{BOARD_RESULTS_DIR}/first-boot.stamp"
+# Staging dirs of a render, beside the outputs (same file system, so the swap is a rename);
+# .gitignore lists them and the next render removes any a killed one left behind.
+STAGING_PREFIX = ".render-"
+BOARD_SELFTEST_USER = "rocky-selftest"  # unprivileged system user the checks run as
 
 
+class RenderError(UserError):
+    """The tree cannot be rendered or written; the message names the cause and the fix."""
+
+
+@functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    """The template environment (cached: it keeps the compiled templates)."""
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("rocky_vulkan", "templates"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters.update(escape.FILTERS)
+    return env
 
 
 def _git_host_path(url: str) -> str:
     """'https://github.com/a/b.git' -> 'github.com/a/b.git' for a git:// SRC_URI."""
-    return url.split("://", 1)[1]
+    return url.partition("://")[2]
 
 
 def selftest_sources() -> list[str]:
-    """The on-board self-test's module names, copied verbatim into the layer."""
-    return sorted(p.name for p in SELFTEST_SOURCES.glob("*.py"))
+    """The on-board self-test's modules and data (the KLD text), copied verbatim into the layer."""
+    return sorted(p.name for pattern in ("*.py", "*.txt") for p in SELFTEST_SOURCES.glob(pattern))
 
 
 def selftest_board_config(cfg: Config) -> dict:
@@ -76,6 +91,8 @@ def selftest_board_config(cfg: Config) -> dict:
         "tuned_vs_stock_ratio": st.tuned_vs_stock_ratio,
         "ratio_tolerance": st.ratio_tolerance,
         "match_tokens": st.match_tokens,
+        "kld_max_mean": st.kld_max_mean,
+        "kld_min_same_top_p": st.kld_min_same_top_p,
         "run_timeout_s": st.run_timeout_s,
         "deadline_s": st.deadline_s,
         "bin_dir": BOARD_BINDIR,
@@ -86,18 +103,29 @@ def selftest_board_config(cfg: Config) -> dict:
     }
 
 
+def _render(env: jinja2.Environment, template: str, context: dict) -> str:
+    """One template; a value its escaping filters refuse is a RenderError."""
+    try:
+        return env.get_template(template).render(context)
+    except escape.UnsafeValue as err:
+        raise RenderError(
+            f"{template}: refusing to write {err}; fix the value in the config (its check "
+            "should have refused it: please report this)"
+        ) from None
+
+
 def _model_context(cfg: Config, env: jinja2.Environment) -> dict:
     url = cfg.model.url
     homepage = url.split("/resolve/", 1)[0] if "/resolve/" in url else url.rsplit("/", 1)[0]
     context = {
         "cfg": cfg,
         "model_homepage": homepage,
-        "model_host": url.split("://", 1)[1].split("/", 1)[0],
+        "model_host": url.partition("://")[2].split("/", 1)[0],
         "model_dir": BOARD_MODEL_DIR,
         "model_subdir": BOARD_MODEL_SUBDIR,
         "model_recipe": MODEL_RECIPE,
     }
-    license_text = env.get_template("layer/MODEL-LICENSE.j2").render(context)
+    license_text = _render(env, "layer/MODEL-LICENSE.j2", context)
     context["license_md5"] = hashlib.md5(license_text.encode("utf-8")).hexdigest()
     del context["cfg"]
     return context
@@ -110,14 +138,17 @@ def _selftest_files(cfg: Config) -> list[tuple[str, str, dict]]:
         "bindir": BOARD_BINDIR,
         "config_path": BOARD_SELFTEST_CONFIG,
         "model_dir": BOARD_MODEL_DIR,
+        "state_name": os.path.basename(BOARD_RESULTS_DIR),
+        "user": BOARD_SELFTEST_USER,
         "deadline_s": board["deadline_s"],
         # The last run may start just before the deadline and take run_timeout_s.
         "timeout_start_s": board["deadline_s"] + board["run_timeout_s"] + 300,
     }
     env = _environment()
     model = _model_context(cfg, env)
-    copying = env.get_template("layer/COPYING.MIT.j2").render({"cfg": cfg}).encode("utf-8")
+    copying = _render(env, "layer/COPYING.MIT.j2", {"cfg": cfg}).encode("utf-8")
     recipe = {
+        "user": BOARD_SELFTEST_USER,
         "selftest_sources": selftest_sources(),
         "model_recipe": MODEL_RECIPE,
         "copying_md5": hashlib.md5(copying).hexdigest(),
@@ -230,10 +261,14 @@ def render_files(cfg: Config) -> dict[str, bytes]:
             "kas_version": KAS_FORMAT_VERSION,
             **extra,
         }
-        text = env.get_template(template).render(context)
-        out[path] = text.encode("utf-8")
+        out[path] = _render(env, template, context).encode("utf-8")
     for source, path in _copied_files(cfg):
-        out[path] = source.read_bytes()
+        try:
+            out[path] = source.read_bytes()
+        except OSError as err:
+            raise RenderError(
+                f"cannot read {source}: {err.strerror or err}; {_hint(err)}"
+            ) from None
     config_json = json.dumps(selftest_board_config(cfg), indent=2) + "\n"
     out[f"{SELFTEST_FILES}/config.json"] = config_json.encode("utf-8")
     return dict(sorted(out.items()))
@@ -257,11 +292,56 @@ def _read_tree(root: Path) -> dict[str, bytes]:
     return found
 
 
+def _hint(err: OSError) -> str:
+    """What to do about an OSError while reading or writing the tree."""
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return "make the checkout writable by you (ls -ld it) or render in a copy you own"
+    if err.errno == errno.EROFS:
+        return "the file system is read-only: render in a writable checkout"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full: free some space and run `rocky-vulkan render` again"
+    return "check the path and its permissions, then run `rocky-vulkan render` again"
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Staging dirs of a render that was killed: put back an output it had moved aside and
+    not yet replaced, then delete them (the caller holds the render lock, so none is live)."""
+    for staging in sorted(root.glob(STAGING_PREFIX + "*")):
+        if not staging.is_dir() or staging.is_symlink():
+            continue
+        for top in OUTPUT_DIRS:
+            backup = staging / f"{top}.old"
+            if backup.is_dir() and not (root / top).exists():
+                os.rename(backup, root / top)
+        shutil.rmtree(staging)
+
+
 def write_rendered(cfg: Config, root: Path | None = None) -> list[str]:
-    """Render into a temp dir beside the outputs, then swap it in; on error nothing changes."""
+    """Render into a temp dir beside the outputs, then swap it in; on error nothing changes.
+    Errors from the file system (permissions, read-only, disk full) are a RenderError."""
     root = root or cfg.root
     files = render_files(cfg)
-    staging = Path(tempfile.mkdtemp(prefix=".render-", dir=root))
+    try:
+        lock = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as err:
+        raise RenderError(f"cannot open {root}: {err.strerror or err}; {_hint(err)}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one render at a time in this checkout
+        _remove_leftovers(root)
+        _swap_in(files, root)
+    except OSError as err:
+        where = err.filename or root
+        raise RenderError(
+            f"cannot write the rendered tree into {root} ({where}: {err.strerror or err}); "
+            f"{_hint(err)}. Nothing was changed."
+        ) from None
+    finally:
+        os.close(lock)
+    return list(files)
+
+
+def _swap_in(files: dict[str, bytes], root: Path) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
     swapped: list[tuple[Path, Path | None]] = []
     try:
         _write_tree(files, staging)
@@ -271,8 +351,8 @@ def write_rendered(cfg: Config, root: Path | None = None) -> list[str]:
             if target.exists():
                 backup = staging / f"{top}.old"
                 os.rename(target, backup)
+            swapped.append((target, backup))  # before the next rename, so a failure rolls back
             os.rename(fresh, target)
-            swapped.append((target, backup))
     except BaseException:
         for target, backup in reversed(swapped):
             shutil.rmtree(target, ignore_errors=True)
@@ -281,7 +361,6 @@ def write_rendered(cfg: Config, root: Path | None = None) -> list[str]:
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return list(files)
 
 
 def diff_against_disk(cfg: Config, root: Path | None = None) -> str:

@@ -4,61 +4,30 @@ as a table, a PNG plot of t/s against ub, and one verdict."""
 from __future__ import annotations
 
 import argparse
-import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
 from .config import Reference, load_config
-from .errors import UserError
-from .selftest import RESULT_SCHEMA, RESULT_SCHEMA_VERSION
+from .result_doc import MODES, ResultError, checked, load_result
 
-MODES = ("tuned", "stock", "cpu")
+__all__ = ["ResultError", "load_result", "plot", "sweep_series", "table_rows"]
+
 LABELS = {"tuned": "GPU tuned tiles", "stock": "GPU stock tiles", "cpu": "CPU (-dev none)"}
 COLOURS = {"tuned": "tab:green", "stock": "tab:orange", "cpu": "tab:blue"}
-
-
-class ResultError(UserError):
-    """The result file is unreadable, truncated or not a self-test result."""
-
-
-def load_result(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ResultError(
-            f"{path}: no such file; copy /var/lib/rocky-selftest/result.json from the board first"
-        ) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ResultError(f"{path}: cannot read: {err}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        cut = not text.rstrip().endswith("}")
-        hint = " (the file does not end with '}': truncated? copy it again)" if cut else ""
-        raise ResultError(
-            f"{path}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}{hint}"
-        ) from None
-    if not isinstance(doc, dict) or doc.get("schema") != RESULT_SCHEMA:
-        raise ResultError(f'{path}: not a rocky-selftest result (no "schema": "{RESULT_SCHEMA}")')
-    if doc.get("schema_version") != RESULT_SCHEMA_VERSION:
-        raise ResultError(
-            f"{path}: result schema_version {doc.get('schema_version')!r}; this tool reads "
-            f"{RESULT_SCHEMA_VERSION}: use the rocky-vulkan version that matches the image"
-        )
-    for key in ("verdict", "checks"):
-        if key not in doc:
-            raise ResultError(f"{path}: result has no {key!r}: the run did not finish writing it")
-    return doc
+STATUS_STYLES = {"PASS": "green", "FAIL": "red", "ERROR": "red", "SKIP": "yellow", "BAD": "red"}
+# Failure reasons listed under the plot: at most this many lines, each at most this wide.
+MAX_REASON_LINES = 8
+REASON_WIDTH = 110
 
 
 def sweep_series(doc: dict[str, Any]) -> dict[str, list[tuple[int, float | None, str]]]:
     """Per mode: (ub, t/s or None for a failed run, reason) in ub order."""
+    doc = checked(doc)
     series: dict[str, list[tuple[int, float | None, str]]] = {m: [] for m in MODES}
-    for run in doc.get("sweep") or []:
-        mode = run.get("mode")
-        if mode in series and run.get("ubatch"):
-            tps = run.get("avg_ts") if run.get("status") == "PASS" else None
-            series[mode].append((int(run["ubatch"]), tps, run.get("reason", "")))
+    for run in doc["sweep"]:
+        tps = run["avg_ts"] if run["status"] == "PASS" else None
+        series[run["mode"]].append((run["ubatch"], tps, run["reason"] or run["status"]))
     for values in series.values():
         values.sort()
     return series
@@ -75,20 +44,22 @@ def _pass_rule(ratio: dict[str, Any]) -> str:
 
 def reference_note(doc: dict[str, Any], model_name: str) -> str | None:
     """Say so when the board ran something the reference numbers do not describe."""
-    prompt = (doc.get("thresholds") or {}).get("prompt_tokens", 512)
-    path = (doc.get("model") or {}).get("path", "")
+    doc = checked(doc)
+    prompt = doc["thresholds"]["prompt_tokens"]
+    path = doc["model"]["path"]
     if prompt != 512:
         return f"note: the reference is pp512 with {model_name}; this run used pp{prompt} ({path})"
     return None
 
 
 def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str, str]]:
-    """(what, board, reference, status) rows."""
+    """(what, board, reference, status) rows; the last ones name malformed fields, if any."""
+    doc = checked(doc)
     checks = {c["name"]: c for c in doc["checks"]}
     rows = []
-    sweep = doc.get("sweep") or []
-    crashed = [r for r in sweep if r.get("status") != "PASS"]
-    ubs = sorted({r["ubatch"] for r in sweep if r.get("ubatch")})
+    sweep = doc["sweep"]
+    crashed = [r for r in sweep if r["status"] != "PASS"]
+    ubs = sorted({r["ubatch"] for r in sweep})
     board_sweep = (
         f"{len(sweep) - len(crashed)}/{len(sweep)} runs ok, ub {','.join(map(str, ubs))}"
         if sweep
@@ -102,7 +73,7 @@ def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str,
             checks.get("sweep", {}).get("status", "—"),
         )
     )
-    ratio = doc.get("ratio") or {}
+    ratio = doc["ratio"]
     status = checks.get("ratio", {}).get("status", "—")
     for mode, reference in (
         ("stock", ref.stock_tps),
@@ -135,7 +106,25 @@ def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str,
     ):
         if name in checks:
             rows.append((name, checks[name]["evidence"], "", checks[name]["status"]))
+    for problem in doc.get("problems", []):
+        rows.append(("malformed", problem, "", "BAD"))
     return rows
+
+
+def failure_lines(series: dict[str, list[tuple[int, float | None, str]]]) -> list[str]:
+    """One line per failed run, "ub 1024 stock: reason", cut to fit under the plot."""
+    failed = sorted((u, MODES.index(m), m, why) for m, pts in series.items()
+                    for u, t, why in pts if t is None)  # fmt: skip
+    lines = [
+        textwrap.shorten(f"ub {u} {mode}: {why}", REASON_WIDTH, placeholder=" ...")
+        for u, _, mode, why in failed
+    ]
+    if len(lines) > MAX_REASON_LINES:
+        more = len(lines) - MAX_REASON_LINES + 1
+        lines = lines[: MAX_REASON_LINES - 1] + [
+            f"... and {more} more failed runs (each reason is in result.json)"
+        ]
+    return lines
 
 
 def plot(doc: dict[str, Any], ref: Reference, out: Path) -> Path:
@@ -145,27 +134,38 @@ def plot(doc: dict[str, Any], ref: Reference, out: Path) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.transforms import blended_transform_factory
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    doc = checked(doc)
+    series = sweep_series(doc)
+    reasons = failure_lines(series)
+    # The failure reasons go under the axes, one text line each: the figure grows to fit them.
+    line_in = 0.16
+    foot_in = (len(reasons) * line_in + 0.15) if reasons else 0.0
+    height = 5 + foot_in
+    fig, ax = plt.subplots(figsize=(8, height), dpi=120)
     # Crash markers sit at the bottom edge (x in data, y in axes units): fine for log and linear.
     bottom = blended_transform_factory(ax.transData, ax.transAxes)
-    series = sweep_series(doc)
     crash_label = True
     values: list[float] = []
+    failed_at: dict[int, list[str]] = {}
     for mode in MODES:
         points = series[mode]
         ok = [(u, t) for u, t, _ in points if t is not None]
         values += [t for _, t in ok]
         if ok:
             ax.plot(*zip(*ok, strict=True), marker="o", color=COLOURS[mode], label=LABELS[mode])
-        for u, t, _ in points:
-            if t is not None:
-                continue
-            label = "crash / failed run" if crash_label else None
-            ax.plot([u], [0.03], transform=bottom, marker="x", markersize=11, mew=2.5,
-                    color="red", linestyle="none", label=label, clip_on=False)  # fmt: skip
-            ax.text(u, 0.07, mode, transform=bottom, ha="center", fontsize=7, color="red")
-            crash_label = False
-    pp512 = (doc.get("thresholds") or {}).get("prompt_tokens", 512) == 512
+        failed_at_mode = [u for u, t, _ in points if t is None]
+        for u in failed_at_mode:
+            failed_at.setdefault(u, []).append(mode)
+    for u, modes in sorted(failed_at.items()):
+        label = "crash / failed run (reasons below)" if crash_label else None
+        ax.plot([u], [0.03], transform=bottom, marker="x", markersize=11, mew=2.5,
+                color="red", linestyle="none", label=label, clip_on=False)  # fmt: skip
+        crash_label = False
+        # One label per failed mode, stacked upwards: two failures at one ub never overprint.
+        for k, mode in enumerate(modes):
+            ax.text(u, 0.07 + 0.045 * k, mode, transform=bottom, ha="center", va="bottom",
+                    fontsize=7, color="red", parse_math=False)  # fmt: skip
+    pp512 = doc["thresholds"]["prompt_tokens"] == 512
     if pp512:  # the reference numbers describe pp512 only
         for mode, value in (("tuned", ref.tuned_tps), ("stock", ref.stock_tps),
                             ("cpu", ref.cpu_tps)):  # fmt: skip
@@ -184,13 +184,18 @@ def plot(doc: dict[str, Any], ref: Reference, out: Path) -> Path:
         ax.set_xticks(all_ubs, [str(u) for u in all_ubs])
     ax.set_xlabel("micro-batch size (-ub)")
     ax.set_ylabel("prompt processing (tokens/s)")
-    host = doc.get("host", {}).get("hostname", "board")
-    prompt = (doc.get("thresholds") or {}).get("prompt_tokens", 512)
-    ax.set_title(f"rocky-selftest on {host}, pp{prompt}: {doc['verdict']}")
+    host = doc["host"]["hostname"]
+    prompt = doc["thresholds"]["prompt_tokens"]
+    # Text from the file is shown as it is: no mathtext ($...$) parsing of board data.
+    ax.set_title(f"rocky-selftest on {host}, pp{prompt}: {doc['verdict']}", parse_math=False)
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
+    foot = foot_in / height
+    fig.tight_layout(rect=(0, foot, 1, 1))
+    for i, line in enumerate(reasons):
+        y = foot - (0.1 + (i + 1) * line_in) / height
+        fig.text(0.02, y, line, fontsize=7, color="red", va="bottom", parse_math=False)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     plt.close(fig)
@@ -200,29 +205,37 @@ def plot(doc: dict[str, Any], ref: Reference, out: Path) -> Path:
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     doc = load_result(Path(args.result))
-    ref = load_config(args.config).selftest.reference
+    cfg = load_config(args.config)
+    ref = cfg.selftest.reference
+    # Everything from the file goes in as Text (or with markup=False): rich never reads markup
+    # in board data, so a kernel line like "panthor fb000000.gpu: [drm] ..." prints as it is.
     console = Console(highlight=False)
-    table = Table(title=f"rocky-selftest {doc.get('finished_at', '')} vs reference")
+    table = Table(title=Text(f"rocky-selftest {doc['finished_at']} vs reference"))
     for column in ("what", "board", "reference", "status"):
         table.add_column(column)
-    colours = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}
     for what, board, reference, status in table_rows(doc, ref):
-        colour = colours.get(status, "white")
-        table.add_row(what, board, reference, f"[{colour}]{status}[/{colour}]")
+        style = STATUS_STYLES.get(status, "white")
+        table.add_row(Text(what), Text(board), Text(reference), Text(status, style=style))
     console.print(table)
-    note = reference_note(doc, load_config(args.config).model.name)
+    note = reference_note(doc, cfg.model.name)
     if note:
-        console.print(note)
+        console.print(note, markup=False)
     out = Path(args.plot) if args.plot else Path(args.result).with_suffix(".png")
     plot(doc, ref, out)
-    console.print(f"plot: {out}")
-    failed = [c["name"] for c in doc["checks"] if c["status"] == "FAIL"]
-    if doc["verdict"] == "PASS" and not failed:
+    console.print(f"plot: {out}", markup=False)
+    failed = [c["name"] for c in doc["checks"] if c["status"] != "PASS" and c["status"] != "SKIP"]
+    problems = doc["problems"]
+    if doc["verdict"] == "PASS" and not failed and not problems:
         console.print("[bold green]VERDICT: PASS[/bold green] — every check passed on the board")
         return 0
-    console.print(f"[bold red]VERDICT: FAIL[/bold red] — failed: {', '.join(failed) or '?'}")
+    why = f"failed: {', '.join(failed)}" if failed else f"board verdict {doc['verdict']}"
+    if problems:
+        why += f"; {len(problems)} malformed field(s) in the result (rows marked BAD)"
+    verdict = Text("VERDICT: FAIL", style="bold red")
+    console.print(Text.assemble(verdict, " — ", why))
     return 1
 
 

@@ -22,22 +22,33 @@ IMAGE_INSTALL += "\
 
 IMAGE_FSTYPES = "wic.gz wic.bmap"
 
-# Access. Root has no password and no SSH login (oe-core replaces an empty root password with
-# '*' unless empty-root-password is set, which only kas/debug.yml may do). The configured user
-# logs in over SSH with the keys from rocky-vulkan.yaml; with no keys configured, with the
-# initial password "rocky", which must be changed at the first login.
+# Access: no credential is built into the image and nothing logs in over the network before
+# its owner has a credential. Root has no password and no SSH login (oe-core replaces an empty
+# root password with '*' unless empty-root-password is set, which only kas/debug.yml may do).
+# The user from image.user logs in:
+# - over SSH with the keys from image.ssh_authorized_keys (key-only SSH);
+# - with the password whose hash is image.password_hash, on the console and over SSH;
+# - with neither: on the serial console or HDMI only, where the first login (an empty password,
+#   expired) makes the owner choose a password; sshd takes no passwords, so the LAN cannot.
 ROCKY_HOSTNAME = "rock-5-itx"
 ROCKY_USER = "rocky"
+# Each key as one single-quoted shell word, for the printf in rocky_image_identity.
 ROCKY_SSH_KEYS = ""
-# `openssl passwd -6 -salt rockyvulkan rocky`; '$' escaped for extrausers' shell evaluation.
-ROCKY_INITIAL_PASSWORD = "\$6\$rockyvulkan\$IvQEeTUpYKNYxm31MDGg6zpKW3DzLwOilgZH1QnmqoLgfdZNsz3tbyjArPKBDk8dLmPgZXtwyKIqpOGi.748p/"
 
-# No keys configured: a known initial password, expired so the first login must change it.
+# No keys, no hash: an empty password, expired. shadow's login (no PAM in this distro) lets a
+# non-root account with an empty password in without a prompt, then the expiry makes it run
+# passwd, which asks no old password for an empty one: the first console login sets the
+# password. sshd refuses it (PermitEmptyPasswords no, no password authentication).
 EXTRA_USERS_PARAMS = "\
-    useradd -m -s /bin/sh -G video -p '${ROCKY_INITIAL_PASSWORD}' ${ROCKY_USER}; \
+    useradd -m -s /bin/sh -G video -p '' ${ROCKY_USER}; \
     passwd-expire ${ROCKY_USER}; \
 "
 ROCKY_SUDO_RULE = "ALL=(ALL) ALL"
+ROCKY_SSH_PASSWORDS = "no"
+# With PAM, oe-core's common-auth refuses empty passwords ('nullok_secure' is a Debian-only
+# option), so the console first login above would lock the owner out: refuse to build that.
+ROCKY_CONSOLE_FIRST_LOGIN = "1"
+ROCKY_PAM = "${@bb.utils.filter('DISTRO_FEATURES', 'pam', d)}"
 
 # Features that open the image to anyone on the network: only the debug fragment sets them.
 ROCKY_DEBUG_IMAGE ??= "0"
@@ -45,12 +56,15 @@ ROCKY_INSECURE_FEATURES = "empty-root-password allow-empty-password allow-root-l
 
 ROCKY_INSECURE_FOUND = "${@' '.join(sorted(set('${ROCKY_INSECURE_FEATURES}'.split()) & set(d.getVar('IMAGE_FEATURES').split())))}"
 
-ROOTFS_POSTPROCESS_COMMAND += "rocky_refuse_insecure rocky_image_identity rocky_image_network"
+ROOTFS_POSTPROCESS_COMMAND += "rocky_refuse_insecure rocky_image_identity rocky_image_sshd rocky_image_network"
 
 # nooelint: oelint.task.docstrings - a rootfs post-process function, not a task
 rocky_refuse_insecure() {
     if [ -n "${ROCKY_INSECURE_FOUND}" ] && [ "${ROCKY_DEBUG_IMAGE}" != "1" ]; then
         bbfatal "${ROCKY_INSECURE_FOUND} in IMAGE_FEATURES outside kas/debug.yml: ${ROCKY_INSECURE_FEATURES} let anyone log in without a password; add :kas/debug.yml for a development image"
+    fi
+    if [ -n "${ROCKY_PAM}" ] && [ "${ROCKY_CONSOLE_FIRST_LOGIN}" = "1" ]; then
+        bbfatal "pam is in DISTRO_FEATURES and rocky-vulkan.yaml sets neither image.ssh_authorized_keys nor image.password_hash: with PAM the first console login (empty password) is refused and nobody could log in; set one of the two and run rocky-vulkan render"
     fi
 }
 
@@ -63,11 +77,30 @@ rocky_image_identity() {
     if [ -n "${ROCKY_SSH_KEYS}" ]; then
         home=${IMAGE_ROOTFS}/home/${ROCKY_USER}
         install -d -m 0700 $home/.ssh
-        printf '%b\n' "${ROCKY_SSH_KEYS}" > $home/.ssh/authorized_keys
+        printf '%s\n' ${ROCKY_SSH_KEYS} > $home/.ssh/authorized_keys
         chmod 0600 $home/.ssh/authorized_keys
         uid=$(awk -F: '$1 == "${ROCKY_USER}" {print $3 ":" $4}' ${IMAGE_ROOTFS}${sysconfdir}/passwd)
         chown -R $uid $home/.ssh
     fi
+}
+
+# sshd: keys only unless image.password_hash is set; never root, never an empty password. The
+# block goes first in sshd_config (sshd keeps the first value it reads, and oe-core's file
+# includes sshd_config.d/ at its top), and earlier lines setting the same keywords are
+# commented out. The debug fragment keeps oe-core's own allow-root-login/empty-password edits.
+# nooelint: oelint.task.docstrings - a rootfs post-process function, not a task
+rocky_image_sshd() {
+    [ "${ROCKY_DEBUG_IMAGE}" != "1" ] || return 0
+    for config in ${IMAGE_ROOTFS}${sysconfdir}/ssh/sshd_config ${IMAGE_ROOTFS}${sysconfdir}/ssh/sshd_config_readonly; do
+        [ -e $config ] || continue
+        sed -i -E 's/^[[:space:]]*(PermitRootLogin|PermitEmptyPasswords|PasswordAuthentication|KbdInteractiveAuthentication|ChallengeResponseAuthentication|PubkeyAuthentication|AuthenticationMethods|AllowUsers)([[:space:]=].*)?$/# rocky-vulkan (see the top): &/I' $config
+        printf '%s\n' '# rocky-vulkan access policy (rocky-vulkan-image.bb): first, so it wins.' \
+            'PermitRootLogin no' 'PermitEmptyPasswords no' \
+            'PasswordAuthentication ${ROCKY_SSH_PASSWORDS}' 'KbdInteractiveAuthentication no' \
+            'PubkeyAuthentication yes' 'AllowUsers ${ROCKY_USER}' '' | cat - $config > $config.rocky
+        cat $config.rocky > $config
+        rm $config.rocky
+    done
 }
 
 # DHCP on every wired NIC (both RTL8125B ports: en*, or eth* with net.ifnames=0), ahead of

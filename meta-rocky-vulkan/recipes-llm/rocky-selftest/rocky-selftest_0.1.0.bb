@@ -3,8 +3,9 @@
 SUMMARY = "First-boot self-test: GPU stack, llama-bench ub sweep, tuned vs stock vs CPU"
 DESCRIPTION = "rocky-selftest checks that the Mali-G610 runs llama.cpp through panthor + panvk: \
                driver, CSF firmware, Vulkan device, model checksum, a crash-free ub sweep, the \
-               tuned-vs-stock prefill ratio and GPU-vs-CPU greedy output. It runs once on first \
-               boot (stamp file) and writes /var/lib/rocky-selftest/result.json."
+               tuned-vs-stock prefill ratio and GPU-vs-CPU output (KL divergence). It runs \
+               once on first boot (stamp file), as an unprivileged system user in a sandbox, writes \
+               /var/lib/rocky-selftest/result.json and shows the verdict on console and motd."
 SECTION = "tests"
 LICENSE = "MIT"
 LIC_FILES_CHKSUM = "file://COPYING.MIT;md5=838c366f69b72c5df05c96dff79b35f2"
@@ -20,16 +21,27 @@ SRC_URI = "\
     file://rocky_selftest/bench.py \
     file://rocky_selftest/checks.py \
     file://rocky_selftest/cli.py \
+    file://rocky_selftest/kld.py \
+    file://rocky_selftest/kld_text.txt \
     file://rocky_selftest/match.py \
+    file://rocky_selftest/outcome.py \
+    file://rocky_selftest/publish.py \
     file://rocky_selftest/results.py \
     file://rocky_selftest/runner.py \
+    file://rocky_selftest/sequence.py \
     file://rocky_selftest/settings.py \
     file://rocky_selftest/stack.py \
 "
 
 S = "${UNPACKDIR}"
 
-inherit allarch systemd
+inherit allarch systemd useradd
+
+# The checks run as this unprivileged system user (User= in the unit), never as root.
+USERADD_PACKAGES = "${PN}"
+USERADD_PARAM:${PN} = "--system --user-group --no-create-home \
+                       --home-dir ${localstatedir}/lib/rocky-selftest \
+                       --shell ${base_sbindir}/nologin rocky-selftest"
 
 SYSTEMD_SERVICE:${PN} = "rocky-selftest.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
@@ -39,15 +51,16 @@ do_compile[noexec] = "1"
 
 do_install() {
     install -d ${D}${datadir}/rocky-selftest/rocky_selftest
-    install -m 0644 ${S}/rocky_selftest/*.py ${D}${datadir}/rocky-selftest/rocky_selftest/
+    install -m 0644 ${S}/rocky_selftest/*.py ${S}/rocky_selftest/*.txt \
+        ${D}${datadir}/rocky-selftest/rocky_selftest/
     install -D -m 0755 ${S}/rocky-selftest ${D}${bindir}/rocky-selftest
     install -D -m 0644 ${S}/config.json ${D}${sysconfdir}/rocky-selftest/config.json
     install -D -m 0644 ${S}/rocky-selftest.service \
         ${D}${systemd_system_unitdir}/rocky-selftest.service
-    install -d -m 0755 ${D}${localstatedir}/lib/rocky-selftest
 }
 
-FILES:${PN} += "${localstatedir}/lib/rocky-selftest"
+# No /var/lib/rocky-selftest in the package: the unit's StateDirectory= creates it, owned by
+# rocky-selftest.
 CONFFILES:${PN} = "${sysconfdir}/rocky-selftest/config.json"
 
 # Standard library only: python3-core/crypt/io/json are the OE packages its imports live in.

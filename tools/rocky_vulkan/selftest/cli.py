@@ -1,115 +1,78 @@
-"""`rocky-selftest run|status`: the first-boot self-test and a look at its last result."""
+"""`rocky-selftest run|publish|status`: the first-boot self-test, its root-only publishing step
+and a look at its last result.
+
+On the board the unit runs `run` as an unprivileged DynamicUser (GPU groups only) and then, as its
+ExecStopPost=+, `publish` as root: motd and console need root, nothing else does.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
+import signal
 import sys
-import time
-from dataclasses import replace
+import traceback
+from contextlib import contextmanager
+from dataclasses import fields, replace
 from typing import Any
 
-from . import RESULT_SCHEMA, RESULT_SCHEMA_VERSION
-from .bench import Deadline, ratio, sweep
-from .checks import FAIL, PASS, SKIP, Check, failed
-from .match import output_match
-from .results import read_result, summary_lines, update_motd, write_atomic, write_result
+from .outcome import (
+    DEFAULT_NOTE_DIR,
+    Progress,
+    clear_note,
+    error_doc,
+    interrupted_doc,
+    now,
+    peek_result,
+    read_note,
+    save_verdict,
+    write_note,
+)
+from .publish import printable, settle
+from .results import (
+    ERROR,
+    IN_PROGRESS,
+    PASS,
+    os_error_text,
+    read_result,
+    remove_stale_temps,
+    result_path,
+    summary_lines,
+    update_motd,
+    write_atomic,
+)
+from .sequence import CHECK_ORDER, run_selftest
 from .settings import DEFAULT_CONFIG, Settings, SettingsError, load_settings
-from .stack import (
-    check_firmware,
-    check_gpu_driver,
-    check_model,
-    check_no_vendor_driver,
-    check_vulkan_device,
-)
 
-CHECK_ORDER = (
-    "gpu_driver",
-    "csf_firmware",
-    "no_vendor_driver",
-    "vulkan_device",
-    "model_sha256",
-    "sweep",
-    "ratio",
-    "output_match",
-)
+__all__ = ["CHECK_ORDER", "main"]
+
 EXIT_FAIL = 1
 EXIT_USAGE = 2
+EXIT_ERROR = 3
+EXIT_CODES = {PASS: 0, "FAIL": EXIT_FAIL, ERROR: EXIT_ERROR}
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+class Stopped(BaseException):
+    """SIGTERM (systemd's stop or timeout) or SIGHUP arrived: end with an ERROR verdict."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
 
 
 def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def run_selftest(s: Settings) -> dict[str, Any]:
-    """Every check in order; returns the result document (not yet written)."""
-    started, t0 = _now(), time.monotonic()
-    deadline = Deadline(s.deadline_s)
-    skip = set(s.skip_checks)
-    checks: list[Check] = []
-    doc: dict[str, Any] = {}
+@contextmanager
+def _stop_signals_raise():
+    def handler(signum, _frame):
+        raise Stopped(signum)
 
-    def record(check: Check) -> None:
-        checks.append(check)
-        _say(f"{check.status:4} {check.name}: {check.evidence}")
-
-    def skipped(name: str) -> bool:
-        if name in skip:
-            record(Check(name, SKIP, "left out by skip_checks in the config"))
-        return name in skip
-
-    if not skipped("gpu_driver"):
-        record(check_gpu_driver(s))
-    if not skipped("csf_firmware"):
-        bound = any(c.name == "gpu_driver" and c.status == PASS for c in checks)
-        record(check_firmware(s, driver_bound=bound))
-    if not skipped("no_vendor_driver"):
-        record(check_no_vendor_driver(s))
-    if not skipped("vulkan_device"):
-        record(check_vulkan_device(s))
-    if not skipped("model_sha256"):
-        record(check_model(s))
-    model_there = os.path.isfile(s.model_path)
-    for name, step in (("sweep", sweep), ("ratio", ratio), ("output_match", output_match)):
-        if skipped(name):
-            continue
-        if not model_there:
-            record(failed(name, f"not run: model {s.model_path} is missing"))
-            continue
-        _say(f"---- {name}")
-        check, data = step(s, deadline, log=_say)
-        doc[name] = data
-        record(check)
-    verdict = PASS if checks and all(c.status in (PASS, SKIP) for c in checks) else FAIL
-    doc.update(
-        schema=RESULT_SCHEMA,
-        schema_version=RESULT_SCHEMA_VERSION,
-        verdict=verdict,
-        started_at=started,
-        finished_at=_now(),
-        duration_s=round(time.monotonic() - t0, 1),
-        host={
-            "hostname": platform.node(),
-            "kernel": platform.release(),
-            "arch": platform.machine(),
-        },
-        thresholds={
-            "tuned_vs_stock_ratio": s.tuned_vs_stock_ratio,
-            "ratio_tolerance": s.ratio_tolerance,
-            "match_tokens": s.match_tokens,
-            "prompt_tokens": s.prompt_tokens,
-            "repetitions": s.repetitions,
-            "ubatch_sizes": list(s.ubatch_sizes),
-        },
-        model={"path": s.model_path, "sha256": s.model_sha256},
-        checks=[c.to_json() for c in checks],
-    )
-    return doc
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -122,34 +85,103 @@ def _settings(args: argparse.Namespace) -> Settings:
     return replace(s, **overrides)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    s = _settings(args)
-    if args.stamp:
-        # Stamp first: if the GPU hangs the board, the next boot must not run this again.
-        write_atomic(args.stamp, f"started {_now()}\n".encode())
-    doc = run_selftest(s)
-    doc["result_path"] = os.path.join(s.results_dir, "result.json")
-    path = write_result(s.results_dir, doc)
-    lines = summary_lines(doc)
+def show(lines: list[str], motd_path: str | None, console: str | None) -> None:
+    """The short verdict on stdout (the journal), in the motd and on the console."""
+    lines = printable(lines)
     _say("\n".join(lines))
-    if s.motd_path:
+    if motd_path:
         try:
-            update_motd(s.motd_path, lines)
+            update_motd(motd_path, lines)
         except OSError as err:
-            _say(f"rocky-selftest: cannot update {s.motd_path}: {err}")
-    if args.console:
-        # Only the short verdict goes to the serial console; the details are in the journal.
+            _say(f"rocky-selftest: cannot update {motd_path}: {os_error_text(err)}")
+    if console:
         try:
-            with open(args.console, "w", encoding="utf-8") as console:
-                console.write("\n".join(lines) + "\n")
+            with open(console, "w", encoding="utf-8") as out:
+                out.write("\n".join(lines) + "\n")
         except OSError as err:
-            _say(f"rocky-selftest: cannot write to {args.console}: {err}")
-    _say(f"rocky-selftest: wrote {path}")
-    return 0 if doc["verdict"] == PASS else EXIT_FAIL
+            _say(f"rocky-selftest: cannot write to {console}: {os_error_text(err)}")
+
+
+def _stamp(path: str | None, doc: dict[str, Any]) -> None:
+    """The first-boot stamp, only once a verdict is on disk: a run that could not save one is
+    tried again at the next boot."""
+    if not path or not doc.get("result_saved"):
+        return
+    try:
+        write_atomic(path, f"{doc['verdict']} {doc.get('finished_at', now())}\n".encode())
+    except OSError as err:
+        _say(f"rocky-selftest: cannot write the stamp {path}: {os_error_text(err)}")
+
+
+def _finish(s: Settings, args: argparse.Namespace, doc: dict[str, Any]) -> int:
+    doc = save_verdict(s.results_dir, doc)
+    write_note(args.note_dir, doc, log=_say)
+    show(summary_lines(doc), s.motd_path, args.console)
+    if doc.get("result_saved"):
+        _say(f"rocky-selftest: wrote {doc['result_path']}")
+    _stamp(args.stamp, doc)
+    return EXIT_CODES.get(doc["verdict"], EXIT_ERROR)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    clear_note(args.note_dir)
+    s = _settings(args)
+    started = now()
+    remove_stale_temps(result_path(s.results_dir))
+    if args.stamp:
+        previous = peek_result(s.results_dir)
+        if previous and previous["verdict"] == IN_PROGRESS:
+            # The last first-boot run never ended (reset, hang, kill): report it, don't loop.
+            return _finish(s, args, interrupted_doc(previous))
+    progress = Progress(s.results_dir, started, log=_say)
+    try:
+        progress.start()  # replaces the old result: no stale verdict can outlive this run
+    except OSError as err:
+        cause = (
+            f"cannot write {result_path(s.results_dir)}: {os_error_text(err)}; nothing was run. "
+            "Free space or make the directory writable, then run `rocky-selftest run`"
+        )
+        return _finish(s, args, error_doc(cause, started))
+    try:
+        with _stop_signals_raise():
+            doc = run_selftest(s, progress=progress.step, started=started)
+    except Stopped as stop:
+        doc = error_doc(f"stopped by {stop} during step {progress.current!r}", started)
+    except Exception as err:  # a bug: still a verdict, and the traceback in the journal
+        traceback.print_exc()
+        doc = error_doc(f"internal error in step {progress.current!r}: {err!r}", started)
+    return _finish(s, args, doc)
+
+
+def _fallback_paths(args: argparse.Namespace) -> tuple[str, str | None]:
+    """results_dir and motd_path for `publish` even when the config is broken."""
+    try:
+        s = _settings(args)
+        return s.results_dir, s.motd_path
+    except SettingsError as err:
+        _say(f"rocky-selftest: {err}; using the default paths")
+        defaults = {f.name: f.default for f in fields(Settings)}
+        results = args.results_dir if args.results_dir is not None else defaults["results_dir"]
+        motd = args.motd_path if args.motd_path is not None else defaults["motd_path"]
+        return results, motd
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    results_dir, motd = _fallback_paths(args)
+    doc = settle(results_dir, args.note_dir)
+    show(summary_lines(doc), motd, args.console)
+    _stamp(args.stamp, doc)
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     s = _settings(args)
+    note = read_note(args.note_dir)
+    if note is not None and note.get("result_saved") is False:
+        # The last run's verdict never reached the disk: what is there is older than it.
+        _say("\n".join(printable(summary_lines(note))))
+        _say(f"  (from {args.note_dir}; result.json on disk is older than this run)")
+        return EXIT_CODES.get(note["verdict"], EXIT_ERROR)
     try:
         doc = read_result(s.results_dir)
     except ValueError as err:
@@ -158,7 +190,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if doc is None:
         _say(f"rocky-selftest: no result yet in {s.results_dir}; run `rocky-selftest run`")
         return EXIT_USAGE
-    _say("\n".join(summary_lines(doc)))
+    _say("\n".join(printable(summary_lines(doc))))
     return 0 if doc["verdict"] == PASS else EXIT_FAIL
 
 
@@ -166,15 +198,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rocky-selftest", description=__doc__)
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="default: %(default)s")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run every check and write the result (exit 0 = all pass)")
-    run.add_argument("--stamp", help="write this stamp file before starting (first-boot unit)")
-    run.add_argument("--console", help="also write the short verdict here, e.g. /dev/console")
+    run = sub.add_parser(
+        "run", help="run every check and write the result (exit 0 PASS, 1 FAIL, 3 ERROR)"
+    )
+    publish = sub.add_parser(
+        "publish", help="root step: show the last run's verdict on console, motd and journal"
+    )
     status = sub.add_parser("status", help="print the last result's verdict")
-    for p in (run, status):
+    for p in (run, publish):
+        p.add_argument("--stamp", help="first-boot stamp, written once a verdict is saved")
+        p.add_argument("--console", help="also write the short verdict here, e.g. /dev/console")
+        p.add_argument(
+            "--note-dir",
+            dest="note_dir",
+            help="runtime dir (tmpfs) where `run` leaves its verdict for `publish`",
+        )
+    status.add_argument(
+        "--note-dir", dest="note_dir", default=DEFAULT_NOTE_DIR, help="default: %(default)s"
+    )
+    for p in (run, publish, status):
         p.add_argument("--sysroot", help="root for sysfs/dev/firmware checks (tests)")
         p.add_argument("--results-dir", dest="results_dir", help="where result.json goes")
         p.add_argument("--motd", dest="motd_path", help="motd file to update ('' = none)")
     run.set_defaults(func=cmd_run)
+    publish.set_defaults(func=cmd_publish)
     status.set_defaults(func=cmd_status)
     return parser
 
@@ -185,4 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except SettingsError as err:
         print(f"rocky-selftest: {err}", file=sys.stderr)
+        if args.command == "run":
+            # The root step shows this as the verdict (the results dir is unknown here).
+            doc = error_doc(f"config: {err}") | {"result_saved": False}
+            write_note(getattr(args, "note_dir", None), doc, log=_say)
         return EXIT_USAGE

@@ -1,4 +1,6 @@
-"""Greedy output, GPU vs CPU, with llama-simple (llama-completion sometimes loses its output)."""
+"""GPU vs CPU output: the KL divergence check (kld.py) decides; greedy text from llama-simple
+(llama-completion sometimes loses its output) is kept as information only, since near-tied logits
+make a correct GPU and the CPU pick different tokens from rounding alone."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from typing import Any
 
 from .bench import Deadline
 from .checks import Check, failed, passed
+from .kld import measure, tiles_used, verdict
 from .runner import run_tool
 from .settings import Settings
 
@@ -53,6 +56,8 @@ def _generate(s: Settings, gpu: bool, deadline: Deadline) -> dict[str, Any]:
         prompt_tokens=_int(PROMPT_TOKENS, res.stderr),
         offloaded=f"{off.group(1)}/{off.group(2)}" if off else None,
     )
+    if gpu:
+        rec["tiles"] = tiles_used(res.stderr)
     reason = res.failure()
     if reason is None and rec["decoded"] is None:
         reason = "no 'decoded N tokens' line: the run did not finish generating"
@@ -71,28 +76,51 @@ def _uses_gpu(stderr: str, name: str) -> bool:
     return any("using device" in line and name in line for line in stderr.splitlines())
 
 
-def output_match(s: Settings, deadline: Deadline, log=print) -> tuple[Check, dict[str, Any]]:
+def greedy_info(s: Settings, deadline: Deadline) -> dict[str, Any]:
+    """The first match_tokens greedy tokens on GPU and CPU, compared; never decides the check."""
     gpu = _generate(s, True, deadline)
     cpu = _generate(s, False, deadline)
-    doc = {"gpu": gpu, "cpu": cpu, "match_tokens": s.match_tokens}
-    for rec in (gpu, cpu):
-        if "reason" in rec:
-            return failed("output_match", f"{rec['device']} run: {rec['reason']}"), doc
-    n_prompt = gpu.get("prompt_tokens")
-    if n_prompt is not None and n_prompt <= 64:
-        return failed("output_match", f"prompt is only {n_prompt} tokens; need more than 64"), doc
+    doc: dict[str, Any] = {"gpu": gpu, "cpu": cpu, "match_tokens": s.match_tokens}
+    failed_run = next((r for r in (gpu, cpu) if "reason" in r), None)
+    if failed_run:
+        doc["summary"] = f"not compared: {failed_run['device']} run: {failed_run['reason']}"
+        return doc
     a, b = gpu["text"], cpu["text"]
-    if gpu["decoded"] != cpu["decoded"] or a != b:
+    doc["identical"] = gpu["decoded"] == cpu["decoded"] and a == b
+    if doc["identical"]:
+        doc["summary"] = f"identical for {gpu['decoded']} tokens"
+    else:
         pairs = enumerate(zip(a, b, strict=False))
         at = next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
         doc["first_difference_at"] = at
-        text = (
-            f"GPU and CPU differ at character {at} (decoded {gpu['decoded']} vs {cpu['decoded']} "
-            f"tokens): GPU {a[at : at + 30]!r} vs CPU {b[at : at + 30]!r}"
+        doc["summary"] = (
+            f"differs from character {at} (GPU {a[at : at + 20]!r}, CPU {b[at : at + 20]!r})"
         )
-        return failed("output_match", text), doc
-    short = "" if gpu["decoded"] >= s.match_tokens else " (both stopped at end of text)"
-    n = gpu["decoded"]
-    text = f"first {n} greedy tokens identical on GPU and CPU{short}, prompt {n_prompt} tokens"
-    log(f"  output match: {text}")
-    return passed("output_match", text), doc
+    return doc
+
+
+def output_match(s: Settings, deadline: Deadline, log=print) -> tuple[Check, dict[str, Any]]:
+    name = "output_match"
+    kld = measure(s, deadline)
+    log(f"  KLD: cpu {_state(kld['cpu'])}, gpu {_state(kld['gpu'])}")
+    greedy = greedy_info(s, deadline)
+    log(f"  greedy text (information only): {greedy['summary']}")
+    doc = {
+        "kld": kld,
+        "greedy": greedy,
+        "thresholds": {"kld_max_mean": s.kld_max_mean, "kld_min_same_top_p": s.kld_min_same_top_p},
+    }
+    for rec in (kld["cpu"], kld["gpu"]):
+        if "reason" in rec:
+            return failed(name, f"{rec['device']} llama-perplexity run: {rec['reason']}"), doc
+    ok, text = verdict(s, kld["gpu"])
+    text += f"; greedy text {greedy['summary']} (information only)"
+    return (passed if ok else failed)(name, text), doc
+
+
+def _state(rec: dict[str, Any]) -> str:
+    if "reason" in rec:
+        return f"FAIL {rec['reason']}"
+    if "mean_kld" in rec:
+        return f"mean KLD {rec['mean_kld']:.6f}, same top p {rec['same_top_p']:.2f}%"
+    return f"ok ({rec.get('elapsed_s', 0):.0f} s)"

@@ -1,8 +1,16 @@
-"""The result document: written atomically, summarised on the console and in /etc/motd."""
+"""The result document: strict JSON, written atomically, summarised on the console and in the motd.
+
+A verdict is one of PASS, FAIL (a check failed), ERROR (the self-test could not do its job: a
+broken disk, a kill, a bug) or IN-PROGRESS (the marker a run writes over the old result before it
+starts, so an old PASS can never outlive a run that did not finish).
+"""
 
 from __future__ import annotations
 
+import errno
+import glob
 import json
+import math
 import os
 import tempfile
 from typing import Any
@@ -12,23 +20,35 @@ from . import RESULT_SCHEMA, RESULT_SCHEMA_VERSION
 RESULT_NAME = "result.json"
 MOTD_BEGIN = "# --- rocky-selftest ---"
 MOTD_END = "# --- end rocky-selftest ---"
+PASS, FAIL, ERROR, IN_PROGRESS = "PASS", "FAIL", "ERROR", "IN-PROGRESS"
+FINAL_VERDICTS = (PASS, FAIL, ERROR)
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Write to a temp file in the same directory, fsync, rename, fsync the directory."""
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Write to a temp file in the same directory, fsync, rename, fsync the directory: a kill at
+    any moment leaves the old file or the new one, complete. On error the temp file is removed."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass
         raise
     dir_fd = os.open(folder, os.O_RDONLY)
     try:
@@ -37,29 +57,121 @@ def write_atomic(path: str, data: bytes) -> None:
         os.close(dir_fd)
 
 
+def remove_stale_temps(path: str) -> None:
+    """Temp files a kill left behind next to `path` (never the file itself)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    for tmp in glob.glob(os.path.join(glob.escape(folder), "." + glob.escape(name) + ".*")):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def non_finite_paths(value: Any, where: str = "") -> list[str]:
+    """Where NaN or +-Infinity hide in a document (JSON has no such numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [where or "."]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in non_finite_paths(v, f"{where}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in non_finite_paths(v, f"{where}[{i}]")]
+    return []
+
+
+def _finite_only(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_only(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_only(v) for v in value]
+    return value
+
+
+def encode(doc: dict[str, Any]) -> bytes:
+    """Strict JSON. A non-finite number that got this far is a bug: it becomes null and the
+    verdict ERROR, naming where it was, rather than a bare NaN no JSON reader accepts."""
+    bad = non_finite_paths(doc)
+    if bad:
+        doc = _finite_only(doc)
+        doc["verdict"] = ERROR
+        doc.setdefault("errors", []).append(f"non-finite number(s) at {', '.join(bad)}")
+    return (json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+
+
+def result_path(results_dir: str) -> str:
+    return os.path.join(results_dir, RESULT_NAME)
+
+
 def write_result(results_dir: str, doc: dict[str, Any]) -> str:
-    path = os.path.join(results_dir, RESULT_NAME)
-    write_atomic(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    path = result_path(results_dir)
+    write_atomic(path, encode(doc))
     return path
 
 
-def read_result(results_dir: str) -> dict[str, Any] | None:
-    path = os.path.join(results_dir, RESULT_NAME)
+def discard_result(results_dir: str) -> str | None:
+    """Remove result.json (a stale verdict must not survive); None when done, else why not."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+        os.unlink(result_path(results_dir))
     except FileNotFoundError:
         return None
-    if doc.get("schema") != RESULT_SCHEMA or doc.get("schema_version") != RESULT_SCHEMA_VERSION:
+    except OSError as err:
+        return os_error_text(err)
+    return None
+
+
+def read_result(results_dir: str) -> dict[str, Any] | None:
+    """The last result, None when there is none; ValueError naming the problem otherwise."""
+    path = result_path(results_dir)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        hint = "; run as root (sudo)" if err.errno in (errno.EACCES, errno.EPERM) else ""
+        raise ValueError(f"cannot read {path}: {os_error_text(err)}{hint}") from None
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != RESULT_SCHEMA:
+        raise ValueError(f"{path}: not a {RESULT_SCHEMA} document")
+    if doc.get("schema_version") != RESULT_SCHEMA_VERSION:
         raise ValueError(f"{path}: not a {RESULT_SCHEMA} v{RESULT_SCHEMA_VERSION} document")
+    if doc.get("verdict") not in (*FINAL_VERDICTS, IN_PROGRESS):
+        raise ValueError(f"{path}: verdict {doc.get('verdict')!r} is not one this tool writes")
     return doc
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def os_error_text(err: OSError) -> str:
+    """'No space left on device (ENOSPC)': the kernel's words and the name to search for."""
+    if err.errno and err.strerror:
+        return f"{err.strerror} ({errno.errorcode.get(err.errno, err.errno)})"
+    return str(err)
+
+
 def summary_lines(doc: dict[str, Any]) -> list[str]:
-    lines = [f"rocky-selftest {doc['verdict']} ({doc['finished_at']}, {doc['duration_s']:.0f} s)"]
-    for check in doc["checks"]:
+    """The short verdict for console, motd and journal; copes with partial (ERROR) documents."""
+    verdict = doc.get("verdict", ERROR)
+    when = doc.get("finished_at") or doc.get("started_at") or "?"
+    duration = doc.get("duration_s")
+    took = f", {duration:.0f} s" if isinstance(duration, (int, float)) else ""
+    lines = [f"rocky-selftest {verdict} ({when}{took})"]
+    if verdict == IN_PROGRESS:
+        lines.append(f"  running since {doc.get('started_at', '?')}, step {doc.get('step', '?')}")
+    for error in doc.get("errors", []):
+        lines.append(f"  ERROR {error}")
+    for check in doc.get("checks", []):
         lines.append(f"  {check['status']:4} {check['name']}: {check['evidence']}")
-    lines.append(f"  full result: {doc.get('result_path', RESULT_NAME)}")
+    if doc.get("result_saved") is False:
+        lines.append("  result NOT saved (see ERROR above); nothing on disk is from this run")
+    else:
+        lines.append(f"  full result: {doc.get('result_path', RESULT_NAME)}")
     return lines
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
 from .checks import Check, failed, passed
+from .kld import tiles_used
 from .runner import run_tool
 from .settings import Settings
 
@@ -44,8 +46,66 @@ def bench_command(
     return cmd, env
 
 
+def _number(entry: dict[str, Any], key: str, positive: bool = False) -> float | str:
+    """A finite number from the entry, or the reason it is not one (NaN, a string, ...)."""
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{key} is {value!r}, not a number"
+    if not math.isfinite(value):
+        return f"{key} is {value!r}, not a finite number"
+    if positive and value <= 0:
+        return f"{key} is {value!r}, not a positive rate"
+    return float(value)
+
+
+def _count(entry: dict[str, Any], key: str) -> int | None | str:
+    """An integer field (None when absent), or the reason it is malformed."""
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return f"{key} is {value!r}, not a count"
+    return value
+
+
+def _text(entry: dict[str, Any], key: str) -> str | None:
+    value = entry.get(key)
+    return value if isinstance(value, str) else None
+
+
+def clean_entry(entry: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The fields the self-test uses, type-checked: malformed or non-finite values are a failed
+    run with the reason, never an exception and never a NaN in the result."""
+    avg = _number(entry, "avg_ts", positive=True)
+    if isinstance(avg, str):
+        return None, avg
+    samples = entry.get("samples_ts", [])
+    if not isinstance(samples, list):
+        return None, f"samples_ts is {samples!r}, not a list"
+    clean_samples = []
+    for i, sample in enumerate(samples):
+        value = _number({"x": sample}, "x", positive=True)
+        if isinstance(value, str):
+            return None, value.replace("x is", f"samples_ts[{i}] is", 1)
+        clean_samples.append(value)
+    counts = {}
+    for key in ("n_gpu_layers", "n_ubatch", "n_threads", "build_number"):
+        value = _count(entry, key)
+        if isinstance(value, str):
+            return None, value
+        counts[key] = value
+    return {
+        "avg_ts": avg,
+        "samples_ts": clean_samples,
+        **counts,
+        "gpu_info": _text(entry, "gpu_info"),
+        "devices": _text(entry, "devices"),
+        "build_commit": _text(entry, "build_commit"),
+    }, None
+
+
 def parse_bench_json(stdout: str) -> tuple[dict[str, Any] | None, str | None]:
-    """The first test entry of llama-bench's JSON, or why there is none."""
+    """The first test entry of llama-bench's JSON, type-checked, or why there is none."""
     try:
         data = json.loads(stdout)
     except ValueError:
@@ -53,21 +113,23 @@ def parse_bench_json(stdout: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"invalid JSON on stdout ({len(stdout)} bytes: {snippet!r})"
     if not isinstance(data, list) or not data or not isinstance(data[0], dict):
         return None, "JSON holds no test entry"
-    entry = data[0]
-    if not isinstance(entry.get("avg_ts"), (int, float)):
+    if "avg_ts" not in data[0]:
         return None, "JSON entry has no avg_ts"
+    entry, reason = clean_entry(data[0])
+    if reason:
+        return None, f"malformed llama-bench JSON: {reason}"
     return entry, None
 
 
 def device_problem(s: Settings, mode: str, entry: dict[str, Any]) -> str | None:
     """Did the run use what `mode` asks for? `backends` lists compiled-in backends: ignore it."""
-    devices = str(entry.get("devices", ""))
-    gpu_info = str(entry.get("gpu_info", ""))
+    devices = entry.get("devices") or ""
+    gpu_info = entry.get("gpu_info") or ""
     if mode == "cpu":
         if devices and devices != "none":
             return f"CPU run used devices {devices!r}"
         return None
-    if int(entry.get("n_gpu_layers", 0) or 0) <= 0:
+    if not entry.get("n_gpu_layers"):
         return "no layers offloaded (n_gpu_layers 0)"
     if devices and devices != s.gpu_device:
         return f"ran on devices {devices!r}, not {s.gpu_device}"
@@ -86,21 +148,14 @@ def run_bench(s: Settings, mode: str, ubatch: int | None, deadline: Deadline) ->
         return record
     res = run_tool(cmd, env, min(s.run_timeout_s, left))
     record.update(exit_code=res.returncode, elapsed_s=res.elapsed_s)
+    if mode != "cpu":
+        record["tiles"] = tiles_used(res.stderr)
     reason = res.failure()
     entry = None
     if reason is None:
         entry, reason = parse_bench_json(res.stdout)
     if entry is not None:
-        record.update(
-            avg_ts=float(entry["avg_ts"]),
-            samples_ts=[float(x) for x in entry.get("samples_ts", [])],
-            n_ubatch=entry.get("n_ubatch"),
-            n_threads=entry.get("n_threads"),
-            gpu_info=entry.get("gpu_info"),
-            devices=entry.get("devices"),
-            build_commit=entry.get("build_commit"),
-            build_number=entry.get("build_number"),
-        )
+        record.update({k: v for k, v in entry.items() if k != "n_gpu_layers"})
         reason = device_problem(s, mode, entry)
     if reason:
         record.update(status="FAIL", reason=reason, stderr_tail=res.stderr_tail())

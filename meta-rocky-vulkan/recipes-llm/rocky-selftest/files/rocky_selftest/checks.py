@@ -1,11 +1,14 @@
-"""A check's outcome: PASS/FAIL/SKIP with the one line of evidence that decided it."""
+"""A check's outcome: PASS/FAIL/SKIP/ERROR with the one line of evidence that decided it.
+
+ERROR means the check itself broke (an exception, a file it could not read): no evidence either
+way, so the verdict cannot be PASS."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+PASS, FAIL, SKIP, ERROR = "PASS", "FAIL", "SKIP", "ERROR"
 
 
 @dataclass

@@ -49,6 +49,13 @@ class RunResult:
         return tail[-TAIL_CHARS:]
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def run_tool(cmd: list[str], env_extra: dict[str, str | None], timeout_s: float) -> RunResult:
     """Run `cmd` with the environment plus `env_extra` (None unsets a variable); kill its whole
     process group on timeout."""
@@ -75,11 +82,13 @@ def run_tool(cmd: list[str], env_extra: dict[str, str | None], timeout_s: float)
         out, err = proc.communicate(timeout=max(timeout_s, 1))
     except subprocess.TimeoutExpired:
         timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(proc)
         out, err = proc.communicate()
+    except BaseException:
+        # Stopped ourselves (SIGTERM, Ctrl-C): the tool must not outlive the self-test.
+        _kill_group(proc)
+        proc.wait()
+        raise
     return RunResult(
         cmd=cmd,
         returncode=proc.returncode,

@@ -1,0 +1,113 @@
+"""The checks in order, each guarded: one that breaks is an ERROR line, the others still run."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .bench import Deadline, ratio, sweep
+from .checks import ERROR, FAIL, PASS, SKIP, Check, failed
+from .match import output_match
+from .outcome import base_doc, now
+from .settings import Settings
+from .stack import (
+    check_firmware,
+    check_gpu_driver,
+    check_model,
+    check_no_vendor_driver,
+    check_vulkan_device,
+)
+
+CHECK_ORDER = (
+    "gpu_driver",
+    "csf_firmware",
+    "no_vendor_driver",
+    "vulkan_device",
+    "model_sha256",
+    "sweep",
+    "ratio",
+    "output_match",
+)
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _broken(name: str, err: Exception) -> Check:
+    return Check(name, ERROR, f"the check itself failed: {type(err).__name__}: {err}")
+
+
+def overall(checks: list[Check]) -> str:
+    """ERROR if a check broke (nothing proven), else FAIL if one failed, else PASS."""
+    statuses = {c.status for c in checks}
+    if not checks or ERROR in statuses:
+        return ERROR
+    return FAIL if statuses - {PASS, SKIP} else PASS
+
+
+def run_selftest(
+    s: Settings, progress: Callable[[str], None] = lambda _: None, started: str | None = None
+) -> dict[str, Any]:
+    """Every check in order; returns the result document (not yet written). `progress` is told
+    each step's name before it starts (the IN-PROGRESS marker)."""
+    started, t0 = started or now(), time.monotonic()
+    deadline = Deadline(s.deadline_s)
+    skip = set(s.skip_checks)
+    checks: list[Check] = []
+    doc = base_doc(ERROR, started)
+
+    def record(check: Check) -> None:
+        checks.append(check)
+        _say(f"{check.status:4} {check.name}: {check.evidence}")
+
+    def guarded(name: str, fn: Callable[[], Check]) -> None:
+        if name in skip:
+            record(Check(name, SKIP, "left out by skip_checks in the config"))
+            return
+        progress(name)
+        try:
+            record(fn())
+        except Exception as err:  # a bug or an unreadable file: an ERROR line, not a traceback
+            record(_broken(name, err))
+
+    def bound() -> bool:
+        return any(c.name == "gpu_driver" and c.status == PASS for c in checks)
+
+    guarded("gpu_driver", lambda: check_gpu_driver(s))
+    guarded("csf_firmware", lambda: check_firmware(s, driver_bound=bound()))
+    guarded("no_vendor_driver", lambda: check_no_vendor_driver(s))
+    guarded("vulkan_device", lambda: check_vulkan_device(s))
+    guarded("model_sha256", lambda: check_model(s))
+    model_there = os.path.isfile(s.model_path)
+    for name, step in (("sweep", sweep), ("ratio", ratio), ("output_match", output_match)):
+
+        def one(name=name, step=step) -> Check:
+            if not model_there:
+                return failed(name, f"not run: model {s.model_path} is missing")
+            _say(f"---- {name}")
+            check, data = step(s, deadline, log=_say)
+            doc[name] = data
+            return check
+
+        guarded(name, one)
+    doc.update(
+        verdict=overall(checks),
+        finished_at=now(),
+        duration_s=round(time.monotonic() - t0, 1),
+        thresholds={
+            "tuned_vs_stock_ratio": s.tuned_vs_stock_ratio,
+            "ratio_tolerance": s.ratio_tolerance,
+            "match_tokens": s.match_tokens,
+            "kld_max_mean": s.kld_max_mean,
+            "kld_min_same_top_p": s.kld_min_same_top_p,
+            "prompt_tokens": s.prompt_tokens,
+            "repetitions": s.repetitions,
+            "ubatch_sizes": list(s.ubatch_sizes),
+        },
+        model={"path": s.model_path, "sha256": s.model_sha256},
+        checks=[c.to_json() for c in checks],
+    )
+    return doc
