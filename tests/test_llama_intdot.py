@@ -89,3 +89,16 @@ def test_without_the_hook_lavapipe_keeps_the_float_path(tmp_path, monkeypatch):
     out = _tbo(tmp_path, env, intdot_cases.case_lines()[:1])
     assert re.search(r"ggml_vulkan: 0 = .*\| int dot: 0 \|", out), out[:3000]
     assert SEEN.findall(out) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("value", [None, "1", "yes"])
+def test_auto_and_unknown_values_keep_stock_tiles_off_panvk(tmp_path, monkeypatch, value):
+    """lavapipe is not panvk: auto keeps the stock tiles; a value other than 0/force warns."""
+    monkeypatch.delenv("GGML_VK_MALI_WARPTILE", raising=False)
+    env = {} if value is None else {"GGML_VK_MALI_WARPTILE": value}
+    out = _tbo(tmp_path, env, intdot_cases.case_lines()[:1])
+    assert MALI_LINE not in out
+    warning = f"ignoring GGML_VK_MALI_WARPTILE={value} (use 0 or force)"
+    assert (warning in out) == (value is not None)
+    assert (STOCK_LINE in out) == (value is not None)
