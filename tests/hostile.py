@@ -3,7 +3,8 @@
 Each case either is refused with a ConfigError that names the file and the field, or renders a
 tree with exactly the shape of a clean render: the same files, the same bitbake assignments and
 functions (read with oelint-parser, the parser oelint-adv uses), the same inline-Python blocks,
-the same YAML/JSON keys, the same systemd settings and the same number of lines per file.
+the same YAML/JSON keys, the same systemd settings, the same number of lines and of quote,
+backslash, backtick, '$', ';' and brace characters per file.
 Anything else (a traceback, a refusal that does not name the field, a changed shape) is a finding.
 
 `python -m tests.hostile` (from the repo root, in the venv) prints the counts; the test suite
@@ -187,12 +188,15 @@ def _bitbake_shape(files: dict[str, bytes], workdir: Path) -> Counter:
 
 
 def shape(files: dict[str, bytes], workdir: Path) -> dict[str, Any]:
-    """What a value must never change: files, assignments, functions, inline Python, keys."""
+    """What a value must never change: files, assignments, functions, inline Python, keys,
+    lines, and the characters that end a string or start an expansion."""
     out: dict[str, Any] = {"files": sorted(files), "bitbake": _bitbake_shape(files, workdir)}
     for rel, data in files.items():
         text = data.decode("utf-8")
         out[f"{rel}:lines"] = len(text.splitlines())
         out[f"{rel}:inline-python"] = text.count("${@")
+        # Quotes, escapes and expansions: a value adding one can end a string or start code.
+        out[f"{rel}:syntax"] = {c: text.count(c) for c in "\"'\\`$;{}"}
         if rel.endswith(".yml"):
             out[f"{rel}:keys"] = _kas_keys(yaml.safe_load(text))
         elif rel.endswith(".json"):

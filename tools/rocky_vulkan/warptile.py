@@ -51,7 +51,7 @@ class Tile:
     warp_tiles: int  # (BM/WM)*(BN/WN)
     rule_ok: bool
     bk_step: int | None  # integer-dot tiles only
-    shared_bytes: int  # fp16 float tile, or q8_0 integer-dot tile
+    shared_bytes: int  # f32 float tile, or q8_0 integer-dot tile (estimate)
 
 
 def _eval(expr: str, env: dict[str, int]) -> int:
@@ -118,8 +118,8 @@ def analyse(name: str, values: tuple[int, ...]) -> Tile:
     bk_step = (values[11] if len(values) > 11 else DEFAULT_BK_STEP) if integer else None
     if integer:
         shared = bk_step * (v["BM"] * MMQ_Q8_0_A_BYTES + v["BN"] * MMQ_Q8_0_B_BYTES)
-    else:  # ggml_vk_matmul_shmem_support: (BM + BN) * (BK + 1) * sizeof(fp16)
-        shared = (v["BM"] + v["BN"]) * (v["BK"] + 1) * 2
+    else:  # mul_mm.comp stages (BM + BN) * (BK + 1) FLOAT_TYPE values: float in f32acc pipelines
+        shared = (v["BM"] + v["BN"]) * (v["BK"] + 1) * 4
     return Tile(
         name=name,
         values=values,
