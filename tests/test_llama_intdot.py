@@ -75,7 +75,8 @@ def test_every_q8_1_large_pipeline_runs_and_passes(tmp_path, mode):
         "GGML_VK_PIPELINE_STATS": "_q8_1_l",
     }
     out = _tbo(tmp_path, env, intdot_cases.case_lines())
-    assert re.search(r"ggml_vulkan: 0 = .*\| int dot: 1 \|", out), out[:3000]
+    # The device info line keeps its own "int dot: 0" on lavapipe (it checks the accelerated flag
+    # apart from device creation): the pipeline names are the proof.
     assert (MALI_LINE in out) == (mode == "force")
     assert (STOCK_LINE in out) == (mode == "0")
     assert sorted(set(SEEN.findall(out))) == sorted(intdot_cases.pipelines())
