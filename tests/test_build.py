@@ -32,11 +32,11 @@ def test_config_arg_joins_machine_and_fragments(project):
     cfg = load_config(project / "rocky-vulkan.yaml")
     assert build.kas_config_arg(cfg, "rock-5-itx", []) == "kas/rock-5-itx.yml"
     assert (
-        build.kas_config_arg(cfg, "rock-5b", ["debug", "sstate-mirror"])
-        == "kas/rock-5b.yml:kas/debug.yml:kas/sstate-mirror.yml"
+        build.kas_config_arg(cfg, "rock-5b-rocky", ["debug", "sstate-mirror"])
+        == "kas/rock-5b-rocky.yml:kas/debug.yml:kas/sstate-mirror.yml"
     )
-    assert build.available_fragments(cfg) == ["debug", "offline", "sstate-mirror"]
-    with pytest.raises(UserError, match="unknown fragment 'fast'.*debug, offline"):
+    assert build.available_fragments(cfg) == ["debug", "model-licence", "offline", "sstate-mirror"]
+    with pytest.raises(UserError, match="unknown fragment 'fast'.*debug, model-licence, offline"):
         build.kas_config_arg(cfg, "rock-5-itx", ["fast"])
     with pytest.raises(ConfigError, match="unknown machine 'rock-9'"):
         build.kas_config_arg(cfg, "rock-9", [])
@@ -85,7 +85,7 @@ def test_find_images_prefers_the_stable_symlink_and_needs_the_bmap(tmp_path):
     images = build.find_images(tmp_path, "rock-5-itx")
     assert images.wic == link
     assert images.bmap.name == "rocky-vulkan-image-rock-5-itx.rootfs.wic.bmap"
-    assert build.find_images(tmp_path, "rock-5b") is None
+    assert build.find_images(tmp_path, "rock-5b-rocky") is None
 
 
 def test_progress_lines():
@@ -221,11 +221,11 @@ def test_cli_build_runs_kas_with_joined_files_and_translates_the_failure(
     monkeypatch.delenv("KAS_BUILD_DIR", raising=False)
     rc = main(
         ["--config", str(project / "rocky-vulkan.yaml"), "build", "--skip-doctor"]
-        + ["--fragment", "debug", "--machine", "rock-5b"]
+        + ["--fragment", "debug", "--machine", "rock-5b-rocky"]
     )
     assert rc == UserError.exit_code
     (call,) = calls(record)
-    assert call["argv"] == ["build", "kas/rock-5b.yml:kas/debug.yml"]
+    assert call["argv"] == ["build", "kas/rock-5b-rocky.yml:kas/debug.yml"]
     assert Path(call["cwd"]) == project
     assert call["DL_DIR"] == str(tmp_path / "home/.cache/rocky-vulkan/downloads")
     assert call["SSTATE_DIR"] == str(tmp_path / "sstate")

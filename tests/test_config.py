@@ -57,10 +57,16 @@ BAD_CASES = [
         "unknown machine 'rock-9'",
     ),
     (
-        "  hostname: rock-5-itx",
-        "  hostname: rock-5-itx\n  colour: blue",
+        "  user: rocky",
+        "  user: rocky\n  colour: blue",
         "image",
         "'colour' was unexpected",
+    ),
+    (
+        "    hostname: rock-5b\n",
+        "    hostname: Rock_5B\n",
+        "machines.rock-5b-rocky.hostname",
+        "host name",
     ),
     ("  repetitions: 3", "  repetitions: three", "selftest.repetitions", "integer"),
     ("  build_number: 9101", "  build_number: '9101'", "llama_cpp.build_number", "release number"),

@@ -49,7 +49,7 @@ def test_the_run_covers_every_string_field_of_the_config():
         "model.name",
         "model.url",
         "image.ssh_authorized_keys[0]",
-        "image.hostname",
+        "machines.rock-5-itx.hostname",
         "image.user",
         "image.password_hash",
         "repos[0].branch",
@@ -109,7 +109,7 @@ BOMBS = {
     "nul-byte": _committed() + "z: \x00\n",
     "not-utf8": None,
     "top-level-list": "- 1\n- 2\n",
-    "int-key": _committed().replace("  rock-5b:", "  5:"),
+    "int-key": _committed().replace("  rock-5b-rocky:", "  5:"),
 }
 
 
@@ -198,7 +198,11 @@ def test_numbers_must_be_real_ints_and_finite(project, old, new, field):
 @pytest.mark.parametrize(
     ("old", "new", "field"),
     [
-        ("  hostname: rock-5-itx", '  hostname: "rock-5-itx\\n"', "image.hostname"),
+        (
+            "    hostname: rock-5-itx",
+            '    hostname: "rock-5-itx\\n"',
+            "machines.rock-5-itx.hostname",
+        ),
         (
             "commit: fae9db3168dbff1b8c76fe9c6726a9687ff97514",
             'commit: "fae9db3168dbff1b8c76fe9c6726a9687ff97514\\n"',
@@ -227,7 +231,18 @@ def test_every_schema_pattern_is_anchored_for_other_json_schema_tools():
 
 
 @pytest.mark.parametrize(
-    "user", ["root", "daemon", "nobody", "video", "render", "sshd", "messagebus", "systemd-network"]
+    "user",
+    [
+        "root",
+        "daemon",
+        "nobody",
+        "video",
+        "render",
+        "sshd",
+        "messagebus",
+        "systemd-network",
+        "rocky-selftest",
+    ],
 )
 def test_image_user_is_no_system_account(project, user):
     with pytest.raises(ConfigError) as err:
@@ -276,8 +291,8 @@ PLAIN = {
 
 
 def _hand_built(cfg, where: str, value: str):
-    if where == "description":
-        machines = tuple(dataclasses.replace(m, description=value) for m in cfg.machines)
+    if where in ("description", "hostname"):
+        machines = tuple(dataclasses.replace(m, **{where: value}) for m in cfg.machines)
         return dataclasses.replace(cfg, machines=machines)
     if where in ("name", "url", "filename"):
         return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **{where: value}))

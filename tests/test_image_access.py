@@ -19,7 +19,7 @@ import pytest
 from rocky_vulkan.config import load_config
 from rocky_vulkan.render import render_files
 
-IMAGE = "meta-rocky-vulkan/recipes-core/images/rocky-vulkan-image.bb"
+IMAGE = "meta-rocky-vulkan/meta-rocky-vulkan/recipes-core/images/rocky-vulkan-image.bb"
 INSECURE = ("empty-root-password", "allow-empty-password", "allow-root-login", "debug-tweaks")
 
 
@@ -109,8 +109,11 @@ def test_with_keys_there_is_no_password_and_the_key_is_installed(project):
 
 
 def test_hostname_user_and_network_come_from_the_config(project):
-    image = rendered(project, ("  hostname: rock-5-itx", "  hostname: llm-box-7"))[IMAGE]
-    assert var(image, "ROCKY_HOSTNAME") == "llm-box-7"
+    image = rendered(project, ("    hostname: rock-5-itx", "    hostname: llm-box-7"))[IMAGE]
+    # Each board its own name (by machine override); a machine not in the config: its name.
+    assert var(image, "ROCKY_HOSTNAME") == "${MACHINE}"
+    assert var(image, "ROCKY_HOSTNAME:rock-5-itx") == "llm-box-7"
+    assert var(image, "ROCKY_HOSTNAME:rock-5b-rocky") == "rock-5b"
     assert "${sysconfdir}/hostname" in image
     network = image[image.index("rocky_image_network() {") :]
     assert "'[Match]' 'Name=en* eth*'" in network and "'DHCP=yes'" in network
@@ -119,8 +122,8 @@ def test_hostname_user_and_network_come_from_the_config(project):
 
 def test_serial_console_is_ttys2_at_1500000(project):
     files = rendered(project)
-    for machine in ("rock-5-itx", "rock-5b"):
-        conf = files[f"meta-rocky-vulkan/conf/machine/{machine}.conf"]
+    for machine in ("rock-5-itx", "rock-5b-rocky"):
+        conf = files[f"meta-rocky-vulkan/meta-rocky-vulkan-bsp/conf/machine/{machine}.conf"]
         # meta-rockchip derives the kernel's console= (RK_CONSOLE_*) and the getty from this.
         assert 'SERIAL_CONSOLES = "1500000;ttyS2"' in conf
 
@@ -191,9 +194,11 @@ def run_postprocess(image: str, rootfs: Path, **values: str) -> subprocess.Compl
     """Run the recipe's rootfs post-process functions on a scratch rootfs, with bitbake's
     ${VAR} expansion done here from the recipe's own values (bitbake itself is not needed for
     these plain variables)."""
-    names = ("ROCKY_HOSTNAME", "ROCKY_USER", "ROCKY_SSH_KEYS", "ROCKY_SUDO_RULE")
+    names = ("ROCKY_USER", "ROCKY_SSH_KEYS", "ROCKY_SUDO_RULE")
     names += ("ROCKY_SSH_PASSWORDS", "ROCKY_CONSOLE_FIRST_LOGIN")
     known = {n: var(image, n) for n in names}
+    # As bitbake resolves the machine override for MACHINE = "rock-5-itx".
+    known["ROCKY_HOSTNAME"] = var(image, "ROCKY_HOSTNAME:rock-5-itx")
     known.update(IMAGE_ROOTFS=str(rootfs), sysconfdir="/etc", ROCKY_DEBUG_IMAGE="0")
     known.update(ROCKY_INSECURE_FOUND="", ROCKY_INSECURE_FEATURES="x", ROCKY_PAM="")
     known.update(values)

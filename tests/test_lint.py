@@ -18,7 +18,7 @@ def test_main_tree_is_lint_clean():
 
 
 def test_oelint_finding_fails_lint(project):
-    recipe = project / "meta-rocky-vulkan/recipes-llm/llama-cpp/llama-cpp_git.bb"
+    recipe = project / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/llama-cpp/llama-cpp_git.bb"
     recipe.write_text(recipe.read_text().replace('SECTION = "libs"\n', ""))
     result = lint.check_oelint(load_config(project / "rocky-vulkan.yaml"))
     assert result.status == "FAIL"
@@ -86,7 +86,7 @@ def test_patch_hygiene():
 def test_cli_lint_exit_codes(project, capsys):
     cfg = str(project / "rocky-vulkan.yaml")
     assert main(["--config", cfg, "lint"]) == 0
-    conf = project / "meta-rocky-vulkan/conf/layer.conf"
+    conf = project / "meta-rocky-vulkan/meta-rocky-vulkan/conf/layer.conf"
     conf.write_text(conf.read_text() + "# drift\n")
     assert main(["--config", cfg, "lint"]) == lint.EXIT_FINDINGS
     assert "differs from a fresh render" in capsys.readouterr().out

@@ -22,7 +22,14 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_usage_without_command(tmp_path: Path) -> None:
     out = _run(tmp_path)
     assert out.returncode == 2
-    for command in ("root", "build --tag", "run --driver", "sweep --driver"):
+    for command in (
+        "root",
+        "build --tag",
+        "run --driver",
+        "sweep --driver",
+        "exec --",
+        "llama --src",
+    ):
         assert command in out.stderr
 
 
@@ -49,3 +56,37 @@ def test_run_without_driver_bundle_is_reported(tmp_path: Path) -> None:
     out = _run(tmp_path, "run", "--driver", "nope", "--", "true")
     assert out.returncode == 1
     assert "no driver bundle nope" in out.stderr
+
+
+def test_exec_needs_a_command(tmp_path: Path) -> None:
+    out = _run(tmp_path, "exec", "--")
+    assert out.returncode == 1
+    assert "exec: -- COMMAND" in out.stderr
+
+
+def test_llama_needs_src_and_name(tmp_path: Path) -> None:
+    out = _run(tmp_path, "llama", "--src", "/work/x")
+    assert out.returncode == 1
+    assert "llama: --src DIR (inside the root) --name NAME" in out.stderr
+
+
+def test_llama_refuses_a_hostile_name(tmp_path: Path) -> None:
+    out = _run(tmp_path, "llama", "--src", "/work/x", "--name", "../../etc")
+    assert out.returncode == 1
+    assert "may hold only" in out.stderr
+
+
+def test_llama_in_an_old_root_without_cmake_names_the_fix(tmp_path: Path) -> None:
+    # A root made before cmake/glslc/spirv-headers joined the package list.
+    (tmp_path / "no-root/usr/bin").mkdir(parents=True)
+    out = _run(tmp_path, "llama", "--src", "/work/x", "--name", "b9101")
+    assert out.returncode == 1
+    assert "has no cmake/glslc" in out.stderr and "root' again" in out.stderr
+
+
+def test_root_installs_what_the_llama_build_needs() -> None:
+    # The package list is data in the script; the llama.cpp Vulkan build needs these three.
+    text = SCRIPT.read_text()
+    pkgs = [w.strip('"') for w in text[text.index("BUILD_PKGS=") : text.index("SIM_PKGS=")].split()]
+    for name in ("cmake", "glslc", "spirv-headers"):
+        assert name in pkgs

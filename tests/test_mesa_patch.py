@@ -127,7 +127,7 @@ def test_layer_applies_the_patch_to_a_checked_release() -> None:
         f"Mesa {cfg.mesa.version} is pinned, but the panvk patch was checked for "
         f"{sorted(CHECKED_RELEASES)} only: re-check it (docs/verification/mesa-patch.md)"
     )
-    mesa = REPO / "meta-rocky-vulkan" / "recipes-graphics" / "mesa"
+    mesa = REPO / "meta-rocky-vulkan" / "meta-rocky-vulkan-distro" / "recipes-graphics" / "mesa"
     assert (mesa / "files" / PATCH.name).read_bytes() == PATCH.read_bytes()
     bbappend = (mesa / "mesa.bbappend").read_text()
     assert f"file://{PATCH.name}" in bbappend

@@ -26,7 +26,9 @@ def test_render_writes_layer_and_kas_for_every_machine(project, tmp_path):
     cfg = load_config(project / "rocky-vulkan.yaml")
     files = render_mod.render_files(cfg)
     for machine in cfg.machines:
-        conf = files[f"meta-rocky-vulkan/conf/machine/{machine.name}.conf"].decode()
+        conf = files[
+            f"meta-rocky-vulkan/meta-rocky-vulkan-bsp/conf/machine/{machine.name}.conf"
+        ].decode()
         assert f'KERNEL_DEVICETREE = "{machine.devicetree}"' in conf
         assert f'UBOOT_MACHINE = "{machine.uboot_defconfig}"' in conf
         assert "require conf/machine/include/rk3588.inc" in conf
@@ -34,7 +36,7 @@ def test_render_writes_layer_and_kas_for_every_machine(project, tmp_path):
     lock = files["kas/base.lock.yml"].decode()
     for repo in cfg.repos:
         assert f"commit: {repo.commit}" in lock
-    layer_conf = files["meta-rocky-vulkan/conf/layer.conf"].decode()
+    layer_conf = files["meta-rocky-vulkan/meta-rocky-vulkan/conf/layer.conf"].decode()
     assert 'LAYERSERIES_COMPAT_rocky-vulkan = "wrynose"' in layer_conf
 
 
@@ -42,7 +44,9 @@ def test_config_change_flows_into_the_layer(project):
     path = project / "rocky-vulkan.yaml"
     path.write_text(path.read_text().replace("build_number: 9101", "build_number: 9200"))
     files = render_mod.render_files(load_config(path))
-    recipe = files["meta-rocky-vulkan/recipes-llm/llama-cpp/llama-cpp_git.bb"].decode()
+    recipe = files[
+        "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/llama-cpp/llama-cpp_git.bb"
+    ].decode()
     assert 'LLAMA_BUILD_NUMBER = "9200"' in recipe
 
 
@@ -56,16 +60,18 @@ def test_patches_listed_in_config_are_copied_and_wired(project):
     )
     path.write_text(text)
     files = render_mod.render_files(load_config(path))
-    assert files["meta-rocky-vulkan/recipes-llm/llama-cpp/files/0001-test.patch"] == (
-        patch.read_bytes()
-    )
-    recipe = files["meta-rocky-vulkan/recipes-llm/llama-cpp/llama-cpp_git.bb"].decode()
+    assert files[
+        "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/llama-cpp/files/0001-test.patch"
+    ] == (patch.read_bytes())
+    recipe = files[
+        "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/llama-cpp/llama-cpp_git.bb"
+    ].decode()
     assert "file://0001-test.patch" in recipe
 
 
 def test_check_fails_with_diff_on_drift_and_passes_after_render(project, capsys):
     cfg_path = str(project / "rocky-vulkan.yaml")
-    machine_conf = project / "meta-rocky-vulkan/conf/machine/rock-5-itx.conf"
+    machine_conf = project / "meta-rocky-vulkan/meta-rocky-vulkan-bsp/conf/machine/rock-5-itx.conf"
     machine_conf.write_text(machine_conf.read_text() + "# hand edit\n")
     stray = project / "kas" / "stray.yml"
     stray.write_text("header:\n  version: 23\n")
@@ -101,8 +107,8 @@ def test_failed_render_leaves_old_tree_untouched(project, monkeypatch):
         return real_rename(src, dst)
 
     monkeypatch.setattr(render_mod.os, "rename", rename_then_fail)
-    (project / "meta-rocky-vulkan/conf/layer.conf").write_text("old\n")
-    before[project / "meta-rocky-vulkan/conf/layer.conf"] = b"old\n"
+    (project / "meta-rocky-vulkan/meta-rocky-vulkan/conf/layer.conf").write_text("old\n")
+    before[project / "meta-rocky-vulkan/meta-rocky-vulkan/conf/layer.conf"] = b"old\n"
     with pytest.raises(
         render_mod.RenderError, match=r"disk full \(injected\).*Nothing was changed"
     ):
@@ -115,7 +121,7 @@ def test_changes_to_upstream_recipes_leave_other_distros_signatures_alone():
     # Every SRC_URI[...] flag is a dependency of SRC_URI in bitbake's task signatures, so an
     # unconditional flag in a bbappend (or the .inc it requires) changes the upstream recipe's
     # signatures for every distro and machine: yocto-check-layer's test_signatures fails.
-    mesa = ROOT / "meta-rocky-vulkan" / "recipes-graphics" / "mesa"
+    mesa = ROOT / "meta-rocky-vulkan" / "meta-rocky-vulkan-distro" / "recipes-graphics" / "mesa"
     files = [*mesa.glob("*.bbappend"), *mesa.glob("*.inc")]
     assert files
     for path in [*files, *(ROOT / "meta-rocky-vulkan").glob("recipes-*/*/*.bbappend")]:

@@ -24,7 +24,7 @@ from .conftest import ROOT
 from .selftest_helpers import make_tiny_model
 
 pytestmark = pytest.mark.timeout(600)
-LAYER_FILES = ROOT / "meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
+LAYER_FILES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
 BIN_DIR = os.environ.get("ROCKY_LLAMA_BIN_DIR")
 VK_ENV = {"GGML_VK_VISIBLE_DEVICES": "0"}  # lavapipe as Vulkan0 (ggml skips CPU-type devices)
 
@@ -54,7 +54,9 @@ def test_cpu_base_and_gpu_runs_use_the_right_switches(monkeypatch):
 def test_the_text_ships_in_the_layer_and_is_long_enough():
     text = Path(kld.TEXT_PATH).read_text(encoding="utf-8")
     assert (LAYER_FILES / "rocky_selftest/kld_text.txt").read_text(encoding="utf-8") == text
-    recipe = next((ROOT / "meta-rocky-vulkan/recipes-llm/rocky-selftest").glob("*.bb")).read_text()
+    recipe = next(
+        (ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest").glob("*.bb")
+    ).read_text()
     assert "file://rocky_selftest/kld_text.txt" in recipe and "rocky_selftest/*.txt" in recipe
     # llama-perplexity needs KLD_CTX x KLD_CHUNKS tokens. English prose runs at about 4-5
     # characters per token in Qwen2.5's BPE; demand 1.4x the need at 4.5 characters per token.

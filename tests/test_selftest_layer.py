@@ -20,7 +20,7 @@ from .selftest_helpers import fake_root
 
 pytestmark = pytest.mark.timeout(120)
 
-LAYER_FILES = ROOT / "meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
+LAYER_FILES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
 # The OE python3 packages the recipe RDEPENDS on hold exactly these modules (python3-manifest).
 ALLOWED_IMPORTS = {
     "__future__", "argparse", "collections", "contextlib", "dataclasses", "errno", "glob",
@@ -126,21 +126,29 @@ def _render_with_sha(project: Path, sha: str) -> dict[str, str]:
 
 def test_model_recipe_refuses_to_build_while_sha256_is_null(project):
     files = _render_with_sha(project, "null")
-    recipe = files["meta-rocky-vulkan/recipes-llm/rocky-model/rocky-model_1.0.bb"]
+    recipe = files["meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-model/rocky-model_1.0.bb"]
     assert 'SKIP_RECIPE[rocky-model] = "model.sha256 is null' in recipe
     assert "rocky-vulkan model fetch" in recipe
     assert "SRC_URI[sha256sum]" not in recipe
     pinned = _render_with_sha(project, "ab" * 32)
-    recipe = pinned["meta-rocky-vulkan/recipes-llm/rocky-model/rocky-model_1.0.bb"]
+    recipe = pinned[
+        "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-model/rocky-model_1.0.bb"
+    ]
     assert f'SRC_URI[sha256sum] = "{"ab" * 32}"' in recipe and "SKIP_RECIPE" not in recipe
-    board = json.loads(pinned["meta-rocky-vulkan/recipes-llm/rocky-selftest/files/config.json"])
+    board = json.loads(
+        pinned["meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest/files/config.json"]
+    )
     assert board["model_sha256"] == "ab" * 32
 
 
 def test_recipe_ships_every_selftest_source_and_the_image_installs_both():
-    recipe = next((ROOT / "meta-rocky-vulkan/recipes-llm/rocky-selftest").glob("*.bb")).read_text()
+    recipe = next(
+        (ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest").glob("*.bb")
+    ).read_text()
     for src in (ROOT / "tools/rocky_vulkan/selftest").glob("*.py"):
         assert f"file://rocky_selftest/{src.name}" in recipe
         assert (LAYER_FILES / "rocky_selftest" / src.name).read_bytes() == src.read_bytes()
-    image = (ROOT / "meta-rocky-vulkan/recipes-core/images/rocky-vulkan-image.bb").read_text()
+    image = (
+        ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-core/images/rocky-vulkan-image.bb"
+    ).read_text()
     assert "rocky-selftest \\" in image and "rocky-model \\" in image

@@ -20,7 +20,7 @@ from .selftest_helpers import fake_root, write_config
 
 pytestmark = pytest.mark.timeout(180)
 
-LAYER_FILES = ROOT / "meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
+LAYER_FILES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
 UNIT = LAYER_FILES / "rocky-selftest.service"
 MAX_EXPOSURE = 4.0  # issue 11: "target exposure <= 4.0"
 ANALYZE = shutil.which("systemd-analyze")
@@ -129,7 +129,9 @@ def test_checks_run_unprivileged_and_only_the_publish_step_is_root():
 
 
 def test_recipe_creates_the_system_user_and_leaves_the_state_dir_to_systemd():
-    recipe = next((ROOT / "meta-rocky-vulkan/recipes-llm/rocky-selftest").glob("*.bb")).read_text()
+    recipe = next(
+        (ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest").glob("*.bb")
+    ).read_text()
     assert "inherit allarch systemd useradd" in recipe
     param = recipe.split("USERADD_PARAM:${PN} = ")[1].split('"')[1]
     words = param.replace("\\", " ").split()

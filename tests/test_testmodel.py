@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import os
 
 import numpy as np
 import pytest
 from rocky_vulkan.errors import UserError
-from rocky_vulkan.testmodel import PRESETS, build_vocab, write_preset, write_test_model
+from rocky_vulkan.testmodel import (
+    PRESETS,
+    build_vocab,
+    write_preset,
+    write_quant_source,
+    write_test_model,
+)
 
 gguf = pytest.importorskip("gguf")
 
@@ -113,3 +121,38 @@ def test_cli_subcommand_writes_preset(tmp_path, capsys):
     assert args.func(args) == 0
     assert (tmp_path / "m.gguf").is_file()
     assert capsys.readouterr().out.strip().endswith("m.gguf")
+
+
+def test_q4km_preset_needs_llama_quantize(tmp_path):
+    # gguf-py writes no Q4_K: the preset must not silently come out as F16.
+    with pytest.raises(UserError, match="Q4_K_M, which gguf-py cannot write"):
+        write_preset("qwen2.5-3b-shape-q4km", tmp_path / "m.gguf")
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(UserError, match="not a k-quant preset"):
+        write_quant_source("tiny", tmp_path / "m.gguf")
+
+
+def test_quant_source_is_f16_in_the_preset_shape(tmp_path, monkeypatch):
+    # The real preset's shapes at one layer would take seconds; shrink its vocab only.
+    shape = PRESETS["qwen2.5-3b-shape-q4km"]
+    monkeypatch.setitem(
+        PRESETS, "qwen2.5-3b-shape-q4km", dataclasses.replace(shape, vocab_size=300)
+    )
+    out = write_quant_source("qwen2.5-3b-shape-q4km", tmp_path / "src.gguf", n_layer=1)
+    r = gguf.GGUFReader(str(out))
+    t = {x.name: x for x in r.tensors}
+    assert t["blk.0.ffn_up.weight"].tensor_type == gguf.GGMLQuantizationType.F16
+    assert list(t["blk.0.ffn_up.weight"].shape) == [2048, 11008]
+    assert "blk.1.attn_q.weight" not in t
+
+
+@pytest.mark.slow
+def test_q4km_preset_through_llama_quantize(tmp_path):
+    """Needs ROCKY_LLAMA_QUANTIZE: a llama-quantize binary (e.g. the pinned tree's)."""
+    exe = os.environ.get("ROCKY_LLAMA_QUANTIZE")
+    if not exe:
+        pytest.skip("set ROCKY_LLAMA_QUANTIZE to a llama-quantize binary")
+    out = write_preset("qwen2.5-3b-shape-q4km", tmp_path / "q.gguf", n_layer=1, llama_quantize=exe)
+    types = {x.name: x.tensor_type for x in gguf.GGUFReader(str(out)).tensors}
+    assert types["blk.0.ffn_up.weight"] == gguf.GGMLQuantizationType.Q4_K
+    assert types["blk.0.ffn_down.weight"] == gguf.GGMLQuantizationType.Q6_K

@@ -27,7 +27,8 @@ MAX_CONFIG_BYTES = 1 << 20
 MAX_DEPTH = 20
 MAX_NODES = 20_000
 
-# Accounts and groups an OE image already has (base-passwd, systemd, openssh, ...): the image
+# Accounts and groups an OE image already has (base-passwd, systemd, openssh, the self-test's
+# rocky-selftest, ...): the image
 # user must not be one of them (useradd would fail, or the user would be a system account).
 SYSTEM_ACCOUNTS = frozenset(
     """root daemon bin sys sync games man lp mail news uucp proxy www-data backup list irc gnats
@@ -54,6 +55,7 @@ class Repo:
 class Machine:
     name: str
     description: str
+    hostname: str
     soc: str
     devicetree: str
     uboot_defconfig: str
@@ -110,7 +112,6 @@ class Selftest:
 
 @dataclass(frozen=True)
 class Image:
-    hostname: str
     user: str
     ssh_authorized_keys: tuple[str, ...]
     extra_packages: tuple[str, ...]
@@ -321,7 +322,7 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
                 f"repos: {name!r} is missing (no repos[].name is {name!r}); the layer depends on it"
             )
     user = data["image"]["user"]
-    if user in SYSTEM_ACCOUNTS or user.startswith("systemd-"):
+    if user in SYSTEM_ACCOUNTS or user.startswith(("systemd-", "rocky-selftest")):
         problems.append(
             f"image.user: {user!r} is root or a system account/group of the image; "
             "pick a personal login name like rocky"
@@ -407,7 +408,6 @@ def _build(data: dict[str, Any], source: Path) -> Config:
             reference=Reference(**{k: float(v) for k, v in st["reference"].items()}),
         ),
         image=Image(
-            hostname=data["image"]["hostname"],
             user=data["image"]["user"],
             ssh_authorized_keys=tuple(data["image"]["ssh_authorized_keys"]),
             extra_packages=tuple(data["image"]["extra_packages"]),

@@ -63,7 +63,13 @@ def recipe_files(layer: Path) -> list[Path]:
 
 def _oelint_constants(cfg: Config) -> dict:
     machines = [m.name for m in cfg.machines] + list(ROCKCHIP_OVERRIDES)
-    return {"replacements": {"machines": machines, "distros": [cfg.distro]}}
+    # oe-core mesa.inc's variable our Mesa bbappend sets, and two of the image's own variables
+    # that oelint-adv's fuzzy spelling check takes for typos of known ones.
+    variables = ["GALLIUMDRIVERS_SOFTPIPE", "ROCKY_MODEL_TERMS_OK", "ROCKY_MODEL_TERMS_MSG"]
+    return {
+        "replacements": {"machines": machines, "distros": [cfg.distro]},
+        "variables": {"known": variables},
+    }
 
 
 def check_oelint(cfg: Config) -> CheckResult:

@@ -38,6 +38,9 @@ class ModelShape:
     n_head_kv: int
     vocab_size: int
     ftype: str = "f16"
+    # A k-quant layout (e.g. Q4_K_M) gguf-py cannot write: the preset is written in `ftype`
+    # and converted with llama-quantize.
+    quant: str | None = None
 
 
 PRESETS: dict[str, ModelShape] = {
@@ -45,6 +48,18 @@ PRESETS: dict[str, ModelShape] = {
     # Qwen2.5-3B's matmul shapes (hidden 2048, FFN 11008, 16 heads of 128, 2 KV heads), few layers.
     "qwen2.5-3b-shape": ModelShape(
         n_layer=4, n_embd=2048, n_ff=11008, n_head=16, n_head_kv=2, vocab_size=8192, ftype="q8_0"
+    ),
+    # The same shapes in Q4_K_M's layout (Q4_K for most matmuls, Q6_K for attn_v, ffn_down and
+    # output, as llama-quantize picks): the product's hot path, the int-dot q4_K L tile.
+    "qwen2.5-3b-shape-q4km": ModelShape(
+        n_layer=4,
+        n_embd=2048,
+        n_ff=11008,
+        n_head=16,
+        n_head_kv=2,
+        vocab_size=8192,
+        ftype="f16",
+        quant="Q4_K_M",
     ),
 }
 
@@ -209,6 +224,28 @@ def quantize_model(
     return dst
 
 
+def _preset_params(preset: str, n_layer: int | None) -> tuple[dict, str | None]:
+    if preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}: use one of {sorted(PRESETS)}")
+    params = asdict(PRESETS[preset])
+    quant = params.pop("quant")
+    if n_layer is not None:
+        params["n_layer"] = n_layer
+    return params, quant
+
+
+def write_quant_source(
+    preset: str, path: str | os.PathLike[str], *, seed: int = 0, n_layer: int | None = None
+) -> Path:
+    """Write the unquantized (F16) source of a k-quant preset, for a llama-quantize run elsewhere
+    (e.g. inside a chroot); `write_preset` with `llama_quantize` does both steps."""
+    params, quant = _preset_params(preset, n_layer)
+    if quant is None:
+        raise UserError(f"preset {preset!r} is not a k-quant preset: use write_preset")
+    params["ftype"] = "f16"
+    return write_test_model(path, seed=seed, **params)
+
+
 def write_preset(
     preset: str,
     path: str | os.PathLike[str],
@@ -216,21 +253,23 @@ def write_preset(
     seed: int = 0,
     n_layer: int | None = None,
     llama_quantize: str | os.PathLike[str] | None = None,
-    quant_type: str = "Q4_K_M",
+    quant_type: str | None = None,
 ) -> Path:
-    """Write a preset model; with `llama_quantize`, quantize an F16 write to `quant_type`."""
-    if preset not in PRESETS:
-        raise UserError(f"unknown preset {preset!r}: use one of {sorted(PRESETS)}")
-    params = asdict(PRESETS[preset])
-    if n_layer is not None:
-        params["n_layer"] = n_layer
+    """Write a preset model; with `llama_quantize`, quantize an F16 write to `quant_type`
+    (default: the preset's own k-quant layout, else Q4_K_M)."""
+    params, quant = _preset_params(preset, n_layer)
     path = Path(path)
     if llama_quantize is None:
+        if quant is not None:
+            raise UserError(
+                f"preset {preset!r} is {quant}, which gguf-py cannot write: pass a llama-quantize "
+                "binary (--llama-quantize), e.g. one built from the pinned tree"
+            )
         return write_test_model(path, seed=seed, **params)
     params["ftype"] = "f16"
     with tempfile.TemporaryDirectory(dir=path.parent if path.parent.exists() else None) as tmp:
         f16 = write_test_model(Path(tmp) / "f16.gguf", seed=seed, **params)
-        return quantize_model(llama_quantize, f16, path, quant_type)
+        return quantize_model(llama_quantize, f16, path, quant_type or quant or "Q4_K_M")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -255,5 +294,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--llama-quantize", default=None, help="llama-quantize binary, to write a k-quant model"
     )
-    p.add_argument("--quant-type", default="Q4_K_M", help="type for --llama-quantize")
+    p.add_argument(
+        "--quant-type",
+        default=None,
+        help="type for --llama-quantize (default: the preset's layout, else Q4_K_M)",
+    )
     p.set_defaults(func=_run)

@@ -12,6 +12,13 @@
 #       libpanfrost_noop_drm_shim.so).
 #   mesa-panvk-build.sh run --driver NAME -- COMMAND...
 #       Run COMMAND in the root on the simulated G610 (PAN_GPU_ID=a867) with driver bundle NAME.
+#   mesa-panvk-build.sh exec -- COMMAND...
+#       Run COMMAND in the root, no driver (e.g. llama-quantize).
+#   mesa-panvk-build.sh llama --src DIR --name NAME [--targets "llama-bench llama-quantize"]
+#       Build llama.cpp with the Vulkan backend from the tree DIR (a path inside the root, e.g.
+#       one written by `rocky-vulkan llama-src prepare`) with sid's cmake, glslc (it has
+#       GL_EXT_integer_dot_product) and Vulkan headers; the binaries go to /work/llama-NAME/bin.
+#       Incremental: the build folder /work/llama-NAME/build is kept.
 #   mesa-panvk-build.sh sweep --driver NAME --model GGUF [--ubs "64 128 256 512 1024"] [--out DIR]
 #                             [--bench PATH] [--env K=V]...
 #       One llama-bench process per micro-batch (-p 512 -n 0 -ngl 99 -r 1 -o json), so that a
@@ -24,8 +31,8 @@
 # Environment: ROCKY_CACHE (default /var/cache/rocky-vulkan), MESA_ROOT (default
 # $ROCKY_CACHE/mesa/root-sid), MESA_JOBS (default 2), DEBIAN_MIRROR. Paths given to `run` and
 # `sweep` (models) are paths inside the root; $ROOT/work is the shared work area.
-# Run one invocation at a time: /proc, /sys and /dev are bound into the root for the duration of
-# a command, and the first invocation to finish unbinds them.
+# /proc, /sys and /dev are bound into the root in a private mount namespace (unshare) for the
+# duration of one command, so invocations can run side by side and nothing stays mounted.
 # The drm-shim does not execute GPU work: recording, vkEndCommandBuffer, memory allocation and
 # submission are real, so the run shows allocation failures and VA use, not speed.
 set -euo pipefail
@@ -40,31 +47,22 @@ BUILD_PKGS="build-essential meson ninja-build ccache pkgconf git python3-mako py
  python3-packaging python3-setuptools bison flex glslang-tools libdrm-dev libexpat1-dev
  libzstd-dev zlib1g-dev libelf-dev libudev-dev libdisplay-info-dev libvulkan-dev spirv-tools-dev
  llvm-$LLVM-dev libclang-$LLVM-dev libclang-cpp$LLVM-dev libclc-$LLVM libclc-$LLVM-dev
- libllvmspirvlib-$LLVM-dev llvm-spirv-$LLVM"
+ libllvmspirvlib-$LLVM-dev llvm-spirv-$LLVM cmake glslc spirv-headers"
 SIM_PKGS="llama.cpp-tools libggml0-backend-vulkan vulkan-tools python3-gguf python3-numpy"
 
 say() { printf '[mesa-panvk] %s\n' "$*" >&2; }
 die() { printf '[mesa-panvk] error: %s\n' "$*" >&2; exit 1; }
 
-MOUNTED=()
-unmount_all() {
-	local i
-	for ((i = ${#MOUNTED[@]} - 1; i >= 0; i--)); do umount "${MOUNTED[i]}" || true; done
-}
-# /proc, /sys and /dev are bind-mounted only for the duration of one command: a root left with
-# /dev bound into it is dangerous to delete.
+# /proc, /sys and /dev are bind-mounted in a private mount namespace: they vanish with the command,
+# so a root is never left with /dev bound into it (dangerous to delete), and two invocations
+# (a Mesa and a llama.cpp build) cannot unmount each other's binds.
 in_root() {
-	local d
 	[ -x "$ROOT/usr/bin/env" ] || die "no Debian root at $ROOT: run '$0 root' first"
-	trap unmount_all EXIT
-	for d in proc sys dev; do
-		if ! mountpoint -q "$ROOT/$d"; then
-			mount --bind "/$d" "$ROOT/$d"
-			MOUNTED+=("$ROOT/$d")
-		fi
-	done
 	cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf" 2>/dev/null || true
-	chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "$@"
+	unshare --mount --propagation private -- /bin/bash -c \
+		'r=$1; shift; for d in proc sys dev; do mount --bind "/$d" "$r/$d" || exit 1; done
+		exec chroot "$r" "$@"' in_root "$ROOT" \
+		/usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "$@"
 }
 
 cmd_root() {
@@ -81,7 +79,7 @@ cmd_root() {
 	# shellcheck disable=SC2086
 	in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y $BUILD_PKGS $SIM_PKGS
 	in_root dpkg-query -W -f '${Package} ${Version}\n' meson llvm-$LLVM-dev libdrm-dev \
-		libclc-$LLVM llama.cpp-tools libggml0-backend-vulkan vulkan-tools
+		libclc-$LLVM llama.cpp-tools libggml0-backend-vulkan vulkan-tools cmake glslc spirv-headers
 }
 
 # Write a git tree into a directory. A snapshot brought by the search tool's `fetch` may lack a
@@ -188,6 +186,43 @@ cmd_build() {
 	say "driver bundle: $out"
 }
 
+cmd_llama() {
+	local src="" name="" targets="llama-bench llama-quantize"
+	while [ $# -gt 0 ]; do
+		case "$1" in
+		--src) src=$2; shift 2 ;;
+		--name) name=$2; shift 2 ;;
+		--targets) targets=$2; shift 2 ;;
+		*) die "llama: unknown argument $1" ;;
+		esac
+	done
+	[ -n "$src" ] && [ -n "$name" ] || die "llama: --src DIR (inside the root) --name NAME"
+	[[ $name =~ ^[A-Za-z0-9._-]+$ ]] || die "llama: --name '$name' may hold only A-Z a-z 0-9 . _ -"
+	[ -x "$ROOT/usr/bin/cmake" ] && [ -x "$ROOT/usr/bin/glslc" ] ||
+		die "the root at $ROOT has no cmake/glslc: run '$0 root' again (it installs them)"
+	[ -f "$ROOT$src/CMakeLists.txt" ] || die "llama: no llama.cpp tree at $src inside the root ($ROOT$src)"
+	local build=/work/llama-$name/build out=/work/llama-$name/bin
+	mkdir -p "$ROOT$build" "$ROOT$out"
+	if [ ! -f "$ROOT$build/build.ninja" ]; then
+		in_root env CCACHE_DIR=/work/ccache cmake -S "$src" -B "$build" -G Ninja \
+			-DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER_LAUNCHER=ccache \
+			-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DBUILD_SHARED_LIBS=OFF -DGGML_VULKAN=ON \
+			-DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+			-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_NUMBER=9101 \
+			-DLLAMA_BUILD_COMMIT=389ff61 >"$ROOT$build/../configure.log" 2>&1 ||
+			{ tail -40 "$ROOT$build/../configure.log" >&2; rm -f "$ROOT$build/build.ninja"; die "cmake configure failed"; }
+		grep -i 'integer_dot\|glslc' "$ROOT$build/../configure.log" >&2 || true
+	fi
+	say "building $targets with -j$JOBS (log: $ROOT/work/llama-$name/build.log)"
+	# shellcheck disable=SC2086
+	in_root env CCACHE_DIR=/work/ccache nice -n 10 cmake --build "$build" -j"$JOBS" \
+		--target $targets >"$ROOT/work/llama-$name/build.log" 2>&1 ||
+		{ tail -40 "$ROOT/work/llama-$name/build.log" >&2; die "llama.cpp build failed"; }
+	local t
+	for t in $targets; do cp "$ROOT$build/bin/$t" "$ROOT$out/"; done
+	say "llama.cpp binaries: $ROOT$out"
+}
+
 driver_env() {
 	local d=/work/drivers/$1
 	[ -f "$ROOT$d/panfrost_icd.json" ] || die "no driver bundle $1 (run '$0 build --tag $1 ...')"
@@ -258,6 +293,8 @@ case "${1:-}" in
 root) shift; cmd_root "$@" ;;
 build) shift; cmd_build "$@" ;;
 run) shift; cmd_run "$@" ;;
+exec) shift; [ "${1:-}" = -- ] && shift; [ $# -gt 0 ] || die "exec: -- COMMAND..."; in_root "$@" ;;
+llama) shift; cmd_llama "$@" ;;
 sweep) shift; cmd_sweep "$@" ;;
 *) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
 esac

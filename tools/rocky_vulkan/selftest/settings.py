@@ -26,8 +26,8 @@ class Settings:
     ratio_tolerance: float = 0.15
     match_tokens: int = 32
     # GPU vs CPU (llama-perplexity --kl-divergence): pass when the mean KLD is at most this and
-    # the top token agrees at least this often (percent). Measurements: docs/verification.
-    kld_max_mean: float = 0.01
+    # the top token agrees at least this often (percent); rocky-vulkan.yaml says where from.
+    kld_max_mean: float = 0.005
     kld_min_same_top_p: float = 90.0
     run_timeout_s: int = 900
     # The whole run stops starting new benchmarks after this many seconds.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -137,6 +138,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="folder for the log and stats.json/md")
     p.set_defaults(func=_stats)
     _register_build(sub)
+    _register_prove(sub)
 
 
 def _add_bench_args(p: argparse.ArgumentParser, driver_help: str, bench_help: str) -> None:
@@ -161,6 +163,72 @@ def _register_build(sub: argparse._SubParsersAction) -> None:
         help="apply the patches on top of build NAME's tree and rebuild incrementally",
     )
     p.set_defaults(func=_build)
+
+
+def _register_prove(sub: argparse._SubParsersAction) -> None:
+    from . import prove
+
+    p = sub.add_parser(
+        "prove",
+        help="build stock and patched panvk and llama.cpp b9101, sweep, check the claims",
+        description=prove.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--mesa-git",
+        type=Path,
+        default=os.environ.get("ROCKY_MESA_GIT") or None,
+        help="git dir holding the Mesa tree (default: $ROCKY_MESA_GIT); no Mesa tarball is "
+        "reachable, e.g. use the leegao/mesa-26.2 snapshot",
+    )
+    p.add_argument(
+        "--mesa-commit",
+        default=prove.DEFAULT_MESA_COMMIT,
+        help="Mesa commit to build (default: %(default)s, 26.2.0-rc1)",
+    )
+    p.add_argument(
+        "--ggml-git",
+        type=Path,
+        default=os.environ.get("ROCKY_GGML_GIT") or None,
+        help=f"ggml-org/ggml git dir holding {prove.GGML_COMMIT} (default: $ROCKY_GGML_GIT)",
+    )
+    p.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(os.environ.get("ROCKY_CACHE", "/var/cache/rocky-vulkan")),
+        help="cache dir for the root, builds and models (default: $ROCKY_CACHE or %(default)s)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="results folder (default: CACHE/sim-prove)"
+    )
+    p.add_argument("-j", "--jobs", type=int, default=2, help="build jobs in all (default: 2)")
+    p.add_argument(
+        "--ubs",
+        default=",".join(map(str, prove.UBS)),
+        help="comma-separated micro-batch sizes (default: %(default)s)",
+    )
+    p.set_defaults(func=_prove)
+
+
+def _prove(args: argparse.Namespace) -> int:
+    from . import prove
+
+    try:
+        ubs = tuple(int(x) for x in args.ubs.split(",") if x.strip())
+    except ValueError as err:
+        raise UserError(f"--ubs {args.ubs!r}: want comma-separated integers") from err
+    pargs = prove.ProveArgs(
+        mesa_git=args.mesa_git,
+        mesa_commit=args.mesa_commit,
+        ggml_git=args.ggml_git,
+        cache=args.cache.resolve(),
+        out=(args.out or args.cache / "sim-prove").resolve(),
+        jobs=args.jobs,
+        ubs=ubs,
+    )
+    prove.check_args(pargs)
+    claims = prove.Prove(pargs).run()
+    return 0 if all(c.ok for c in claims) else 1
 
 
 def _build(args: argparse.Namespace) -> int:

@@ -1,0 +1,98 @@
+"""The self-test's config: a small JSON file the layer renders from rocky-vulkan.yaml."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields
+
+from . import CONFIG_SCHEMA_VERSION
+
+DEFAULT_CONFIG = "/etc/rocky-selftest/config.json"
+
+
+class SettingsError(Exception):
+    """The config file is missing or malformed; the message says which key and what to do."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    model_path: str
+    model_sha256: str | None
+    ubatch_sizes: tuple[int, ...]
+    prompt_tokens: int = 512
+    repetitions: int = 3
+    tuned_vs_stock_ratio: float = 4.8
+    ratio_tolerance: float = 0.15
+    match_tokens: int = 32
+    # GPU vs CPU (llama-perplexity --kl-divergence): pass when the mean KLD is at most this and
+    # the top token agrees at least this often (percent); rocky-vulkan.yaml says where from.
+    kld_max_mean: float = 0.005
+    kld_min_same_top_p: float = 90.0
+    run_timeout_s: int = 900
+    # The whole run stops starting new benchmarks after this many seconds.
+    deadline_s: int = 7200
+    bin_dir: str = "/usr/bin"
+    vulkaninfo: str = "vulkaninfo"
+    results_dir: str = "/var/lib/rocky-selftest"
+    motd_path: str = "/etc/motd"
+    sysroot: str = "/"
+    gpu_driver: str = "panthor"
+    gpu_name: str = "Mali-G610"
+    vulkan_driver: str = "panvk"
+    gpu_device: str = "Vulkan0"
+    firmware: str = "arm/mali/arch10.8/mali_csffw.bin"
+    vendor_device: str = "/dev/mali0"
+    # How long to wait for the GPU's render node at boot (the module may still be probing).
+    gpu_wait_s: int = 60
+    # Environment that selects the stock tiles in the patched llama.cpp (same binary).
+    stock_env: dict[str, str] = field(default_factory=lambda: {"GGML_VK_MALI_WARPTILE": "0"})
+    # Extra environment for every llama.cpp run (tests use it for lavapipe).
+    env: dict[str, str] = field(default_factory=dict)
+    sweep_modes: tuple[str, ...] = ("tuned", "stock", "cpu")
+    # Checks to leave out; the rendered board config leaves none out.
+    skip_checks: tuple[str, ...] = ()
+
+    def tool(self, name: str) -> str:
+        return os.path.join(self.bin_dir, name)
+
+
+_TUPLES = {"ubatch_sizes", "sweep_modes", "skip_checks"}
+
+
+def load_settings(path: str) -> Settings:
+    """Read the JSON config at `path`; unknown keys are errors so typos do not pass silently."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise SettingsError(f"{path}: not found; pass --config PATH") from None
+    except (OSError, ValueError) as err:
+        raise SettingsError(f"{path}: cannot read JSON config: {err}") from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a JSON object")
+    version = data.pop("schema_version", None)
+    if version != CONFIG_SCHEMA_VERSION:
+        raise SettingsError(
+            f"{path}: schema_version {version!r} is not {CONFIG_SCHEMA_VERSION}; "
+            "re-render the config with this rocky-selftest version"
+        )
+    known = {f.name for f in fields(Settings)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise SettingsError(f"{path}: unknown keys {unknown}; known keys: {sorted(known)}")
+    for key in ("model_path", "model_sha256", "ubatch_sizes"):
+        if key not in data:
+            raise SettingsError(f"{path}: missing key {key!r}")
+    for key in _TUPLES & set(data):
+        data[key] = tuple(data[key])
+    try:
+        settings = Settings(**data)
+    except TypeError as err:
+        raise SettingsError(f"{path}: {err}") from None
+    bad_modes = set(settings.sweep_modes) - {"tuned", "stock", "cpu"}
+    if bad_modes or not settings.ubatch_sizes:
+        raise SettingsError(
+            f"{path}: sweep_modes must be tuned/stock/cpu and ubatch_sizes must not be empty"
+        )
+    return settings

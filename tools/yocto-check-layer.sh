@@ -1,0 +1,52 @@
+#!/bin/bash
+# yocto-check-layer on the three committed layers, offline, in a fresh build dir (the tool skips
+# a layer already in BBLAYERS), with the pinned upstream layers as dependencies.
+#
+#   tools/yocto-check-layer.sh MIRRORS OUT
+#
+# MIRRORS and OUT as for tools/bitbake-env.sh (run that first: it checks the upstream repos out
+# under OUT/work). Writes OUT/yocto-check-layer.log; exit status is yocto-check-layer's.
+# About 30+ minutes per layer on 2 cores. Run as a normal user, kas 5.5 on PATH.
+set -euo pipefail
+
+if [ "${1:-}" = --inner ]; then
+    # Inside `kas shell`: a fresh build dir from oe-core's template, offline.
+    work=$2 out=$3 machines=$4
+    shift 4
+    rm -rf "$work/ycl-build"
+    cd "$work/openembedded-core"
+    set +u  # oe-init-build-env reads unset variables
+    # shellcheck disable=SC1091
+    . ./oe-init-build-env "$work/ycl-build" > /dev/null
+    printf 'BB_NO_NETWORK = "1"\nCONNECTIVITY_CHECK_URIS = ""\n' >> conf/local.conf
+    # shellcheck disable=SC2086
+    exec yocto-check-layer -o "$out/yocto-check-layer.log" \
+        --dependency "$work/meta-arm/meta-arm" "$work/meta-arm/meta-arm-toolchain" \
+                     "$work/meta-rockchip" "$work/openembedded-core/meta" "$work/meta-yocto/meta-poky" \
+        --machines $machines -- "$@"
+fi
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 MIRRORS OUT" >&2
+    exit 2
+fi
+mirrors=$(realpath "$1")
+out=$(realpath "$2")
+work="$out/work"
+root=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
+cd "$root"
+mapfile -t machines < <(grep -l '^machine:' kas/*.yml | xargs -n1 basename | sed 's/\.yml$//')
+layers=("$root"/meta-rocky-vulkan/meta-rocky-vulkan-bsp "$root"/meta-rocky-vulkan/meta-rocky-vulkan-distro
+        "$root"/meta-rocky-vulkan/meta-rocky-vulkan)
+
+export KAS_PREMIRRORS="https://git.openembedded.org/bitbake file://$mirrors/bitbake
+https://git.openembedded.org/openembedded-core file://$mirrors/openembedded-core
+https://git.yoctoproject.org/meta-yocto file://$mirrors/meta-yocto
+https://git.yoctoproject.org/meta-arm file://$mirrors/meta-arm
+https://git.yoctoproject.org/meta-rockchip file://$mirrors/meta-rockchip"
+# Its own kas build dir: kas rewrites conf/ there, which must not disturb bitbake-env.sh.
+export KAS_WORK_DIR="$work" KAS_BUILD_DIR="$work/ycl-kas" LANG=en_US.UTF-8 LC_ALL=en_US.UTF-8
+
+git rev-parse HEAD > "$out/yocto-check-layer.commit"
+kas shell "kas/${machines[0]}.yml:kas/offline.yml" \
+    -c "bash '$root/tools/yocto-check-layer.sh' --inner '$work' '$out' '${machines[*]}' ${layers[*]}"
