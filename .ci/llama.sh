@@ -122,7 +122,7 @@ export GGML_VK_VISIBLE_DEVICES=0 GGML_NO_BACKTRACE=1
 # shaders, is suspect. docs/verification/llama-patch.md records the run.
 echo "WARNING: deselected (known failure, issue 13): test_every_q8_1_large_pipeline_runs_and_passes"
 ROCKY_LLAMA_SDIST_CACHE=$CACHE/pypi "$PYTEST_PY" -m pytest -q -m slow -rs -p no:cacheprovider \
-    --deselect "$REPO/tests/test_llama_intdot.py::test_every_q8_1_large_pipeline_runs_and_passes" \
+    -k "not test_every_q8_1_large_pipeline_runs_and_passes" \
     "$REPO/tests/test_llama_intdot.py" "$REPO/tests/test_llama_vulkan.py" \
     "$REPO/tests/test_llama_sources.py"
 step "done in $(( $(date +%s) - t0 ))s"
