@@ -116,13 +116,7 @@ step "ROCKY_LLAMA_BIN_DIR=$BIN (written to $CACHE/llama-bin-dir)"
 
 step "lavapipe: int-dot L pipelines (all 11 *_q8_1_l), Mali tiles forced and stock; MUL_MAT subset; generation"
 export GGML_VK_VISIBLE_DEVICES=0 GGML_NO_BACKTRACE=1
-# KNOWN FAILURE, left out on purpose and printed here (issue 13, open): the 22-case int-dot file
-# passed 16/22 (forced) and 12/22 (stock) on lavapipe on 2026-12-03; the failing k-quant cases
-# report NaN on the CPU reference too (`Vulkan0=-nan CPU=-nan`), i.e. the case data, not yet the
-# shaders, is suspect. docs/verification/llama-patch.md records the run.
-echo "WARNING: deselected (known failure, issue 13): test_every_q8_1_large_pipeline_runs_and_passes"
 ROCKY_LLAMA_SDIST_CACHE=$CACHE/pypi "$PYTEST_PY" -m pytest -q -m slow -rs -p no:cacheprovider \
-    -k "not test_every_q8_1_large_pipeline_runs_and_passes" \
     "$REPO/tests/test_llama_intdot.py" "$REPO/tests/test_llama_vulkan.py" \
     "$REPO/tests/test_llama_sources.py"
 step "done in $(( $(date +%s) - t0 ))s"

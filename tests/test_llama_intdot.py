@@ -52,7 +52,18 @@ def _tbo(tmp_path: Path, env: dict[str, str], cases: list[str]) -> str:
         pytest.skip(f"{tbo} missing")
     path = tmp_path / "intdot.cases"
     path.write_text("\n".join(cases) + "\n")
-    full = dict(os.environ, GGML_NO_BACKTRACE="1", GGML_VK_VISIBLE_DEVICES=DEVICE, **env)
+    # test-backend-ops b9101: test_generic_op (the --test-file cases) initializes only its sources,
+    # not the sentinels around them, so a sentinel holds whatever the allocator left there and a
+    # stale NaN pattern fails the case with "[NONE] NaN at index ..." on CPU and Vulkan alike.
+    # MALLOC_PERTURB_=255 makes glibc hand out zeroed memory (lavapipe's device memory included);
+    # the sentinels' overflow check (CPU vs Vulkan bytes equal) is unchanged.
+    full = dict(
+        os.environ,
+        GGML_NO_BACKTRACE="1",
+        GGML_VK_VISIBLE_DEVICES=DEVICE,
+        MALLOC_PERTURB_="255",
+        **env,
+    )
     full.pop("GGML_VK_DISABLE_INTEGER_DOT_PRODUCT", None)
     cmd = [str(tbo), "-b", "Vulkan0", "--test-file", str(path)]
     proc = subprocess.run(cmd, env=full, capture_output=True, timeout=1800)
@@ -61,13 +72,11 @@ def _tbo(tmp_path: Path, env: dict[str, str], cases: list[str]) -> str:
     m = re.search(r"(\d+)/(\d+) tests passed", out)
     assert m, "no test count: the Vulkan device was skipped?\n" + out[-2000:]
     assert m.group(2) == str(len(cases)), out[-3000:]
-    # --test-file cases fill quant blocks from raw random data: some scales are NaN, and then the
-    # CPU reference is NaN too. Such a case cannot compare; every other case must pass.
     results = [ln for ln in out.splitlines() if "MUL_MAT(" in ln and ("OK" in ln or "FAIL" in ln)]
     assert len(results) == len(cases), out[-3000:]
-    bad = [ln for ln in results if "FAIL" in ln and not re.search(r"CPU=-?nan", ln)]
+    bad = [ln for ln in results if "FAIL" in ln]
     assert not bad, "\n".join(bad)
-    assert proc.returncode == (0 if m.group(1) == m.group(2) else 1), out[-3000:]
+    assert m.group(1) == m.group(2) and proc.returncode == 0, out[-3000:]
     return out
 
 
