@@ -183,7 +183,7 @@ def test_modes_get_the_right_switches_even_with_a_stale_shell_variable(tmp_path,
                  bin_dir=str(bin_dir), run_timeout_s=5)  # fmt: skip
     sweep(s, Deadline(60), log=lambda _: None)
     tuned, stock, cpu = log.read_text().splitlines()
-    assert tuned.startswith("unset 1 ") and "-ngl 99 -dev Vulkan0 -ub 128" in tuned
+    assert tuned.startswith("unset 1 ") and "-ngl 99 -dev Vulkan0 -v -ub 128" in tuned
     assert stock.startswith("0 1 ") and "-dev Vulkan0" in stock
     assert "-ngl 0 -dev none -ub 128" in cpu
     assert all("-p 512 -n 0" in line and line.endswith("-r 1 -o json") for line in (tuned, cpu))

@@ -141,8 +141,20 @@ def test_tiles_come_from_the_runs_stderr():
     assert kld.tiles_used("ggml_vulkan: Found 1 Vulkan devices:\nusing Mali matmul warptiles") == (
         "mali"
     )
-    assert kld.tiles_used("ggml_vulkan: Found 1 Vulkan devices:\n") == "stock"
+    # llama-bench prints the device list, then silences ggml's log: no proof of stock tiles.
+    assert kld.tiles_used("ggml_vulkan: Found 1 Vulkan devices:\n") == "unknown"
     assert kld.tiles_used("") == "unknown"  # the tool silenced ggml's log: no claim either way
+    # llama-perplexity -lv 4: llama's debug lines prove ggml-vulkan's info line would be there.
+    assert kld.tiles_used("create_tensor: loading tensor blk.0.attn_q.weight\n") == "stock"
+    assert kld.tiles_used("llama_context: constructing llama_context\n") == "unknown"
+
+
+def test_gpu_run_is_verbose_before_the_device_is_set_up():
+    """The tile line is logged while -dev is parsed: -lv 4 after -dev would come too late."""
+    gpu, _ = kld.perplexity_command(_settings(), "/t/base.kld", gpu=True)
+    cpu, _ = kld.perplexity_command(_settings(), "/t/base.kld", gpu=False)
+    assert gpu[1:3] == ["-lv", "4"] and gpu.index("-lv") < gpu.index("-dev")
+    assert "-lv" not in cpu
 
 
 # ---- the check end to end with a misbehaving tool (fakes) -------------------------------------

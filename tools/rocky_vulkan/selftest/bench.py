@@ -33,8 +33,9 @@ def bench_command(
     if mode == "cpu":
         cmd += ["-ngl", "0", "-dev", "none"]  # -ngl 0 alone still offloads big batches
     else:
-        # Naming the device makes a missing GPU exit 1 instead of silently using the CPU.
-        cmd += ["-ngl", "99", "-dev", s.gpu_device]
+        # Naming the device makes a missing GPU exit 1 instead of silently using the CPU; -v
+        # keeps ggml-vulkan's info line saying which tiles run (stderr only: the JSON is stdout).
+        cmd += ["-ngl", "99", "-dev", s.gpu_device, "-v"]
     if ubatch is not None:
         cmd += ["-ub", str(ubatch)]
     cmd += ["-r", "1", "-o", "json"]

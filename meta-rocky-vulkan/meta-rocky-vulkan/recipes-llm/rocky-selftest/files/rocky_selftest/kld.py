@@ -24,7 +24,7 @@ from .settings import Settings
 TEXT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kld_text.txt")
 KLD_CTX = 512  # context per chunk = batch size (>= 128: L tiles)
 KLD_CHUNKS = 2  # 2 x 512 tokens of text; KLD over the last half of each chunk
-# ggml-vulkan with our patch says this at the default log level when the Mali tiles are active.
+# ggml-vulkan with our patch logs this at info level when the Mali tiles are active.
 MALI_TILES_MARKER = "using Mali matmul warptiles"
 OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _NUM = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)"
@@ -38,25 +38,36 @@ STATS = {
 }
 REQUIRED = ("mean_kld", "same_top_p")
 TOO_SHORT = re.compile(r"you need at least (\d+) tokens.*?tokenizes to only (\d+) tokens", re.S)
-
-
-# ggml-vulkan's own device line: seeing it proves its log reaches this stderr, so a missing
-# Mali-tiles line means stock tiles (llama-bench, for one, silences the log).
-VULKAN_LOG = re.compile(r"^ggml_vulkan: ", re.M)
+STOCK_TILES_MARKER = "using stock matmul warptiles"
+# Debug-level lines of llama.cpp's loader. Seeing one proves the tool ran verbose (llama-bench -v,
+# or -lv 4 given before -dev) while the devices were set up, so ggml-vulkan's info line about the
+# tiles was not dropped: without it the tiles were the stock ones. ggml-vulkan's device list is no
+# such proof: llama-bench prints it before it silences the log.
+DEBUG_LOG = re.compile(
+    r"^(create_tensor: loading tensor|llama_context: enumerating backends)", re.M
+)
 
 
 def tiles_used(stderr: str) -> str:
-    """'mali' when the patched ggml-vulkan announced its Mali tiles, 'stock' when its log is
-    visible without that line, 'unknown' when the tool kept ggml's log to itself."""
+    """'mali' when the patched ggml-vulkan announced its Mali tiles, 'stock' when the log was
+    verbose without that line, 'unknown' when the tool kept ggml's log to itself."""
     if MALI_TILES_MARKER in stderr:
         return "mali"
-    return "stock" if VULKAN_LOG.search(stderr) else "unknown"
+    if STOCK_TILES_MARKER in stderr or DEBUG_LOG.search(stderr):
+        return "stock"
+    return "unknown"
+
+
+VERBOSE = ["-lv", "4"]  # must come before -dev: the devices are set up while -dev is parsed
 
 
 def perplexity_command(
     s: Settings, base_file: str, gpu: bool
 ) -> tuple[list[str], dict[str, str | None]]:
-    cmd = [s.tool("llama-perplexity"), "-m", s.model_path, "-f", TEXT_PATH]
+    # llama-perplexity drops ggml-vulkan's info lines at its default threshold (3), the tile
+    # line included; with VERBOSE first the record can say which tiles ran.
+    cmd = [s.tool("llama-perplexity"), *(VERBOSE if gpu else []), "-m", s.model_path]
+    cmd += ["-f", TEXT_PATH]
     cmd += ["-c", str(KLD_CTX), "-b", str(KLD_CTX), "--chunks", str(KLD_CHUNKS)]
     cmd += ["--kl-divergence-base", base_file]
     if gpu:
