@@ -557,3 +557,41 @@ def test_root_step_does_not_follow_a_symlinked_note(tmp_path):
     cfg = config(tmp_path, tmp_path / "nobin", tmp_path / "results")
     main(["--config", str(cfg), "publish", "--note-dir", str(notes), "--console", str(console)])
     assert console.read_text().startswith("rocky-selftest ERROR")
+
+
+STOPPER = """
+import signal, subprocess, sys, time
+sys.path.insert(0, sys.argv[1])
+from rocky_vulkan.selftest.runner import run_tool
+
+class Stopped(BaseException):
+    pass
+
+def stop(signum, frame):
+    raise Stopped()
+
+class DescheduledPopen(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        time.sleep(2)  # the parent loses the CPU right after the fork, as on a loaded board
+
+subprocess.Popen = DescheduledPopen
+signal.signal(signal.SIGTERM, stop)
+try:
+    run_tool(["sh", "-c", sys.argv[2]], {}, 60)
+except Stopped:
+    print("stopped")
+"""
+
+
+def test_a_stop_while_the_tool_is_being_started_still_kills_it(tmp_path):
+    # Fault injection (CI hit this race once under load): the tool signals the self-test while
+    # the parent is still inside Popen, before run_tool's `try` knows the child.
+    pid_file = tmp_path / "pid"
+    body = f"echo $$ > {pid_file}; kill -TERM $PPID; exec sleep 60"
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPER, str(ROOT / "tools"), body],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.stdout.strip() == "stopped", done.stdout + done.stderr
+    assert not _alive(int(pid_file.read_text()))

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 OOM_MARKER = "ErrorOutOfDeviceMemory"
 TAIL_LINES = 25
 TAIL_CHARS = 3000
+# The signals the self-test turns into an ERROR verdict (cli._stop_signals_raise).
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
 
 
 @dataclass
@@ -66,6 +68,9 @@ def run_tool(cmd: list[str], env_extra: dict[str, str | None], timeout_s: float)
         else:
             env[key] = value
     start = time.monotonic()
+    # A stop signal between fork and the `try` below would raise before we know the child, and
+    # leave it running: hold those signals until then (the child unblocks them before exec).
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         proc = subprocess.Popen(
             cmd,
@@ -74,11 +79,14 @@ def run_tool(cmd: list[str], env_extra: dict[str, str | None], timeout_s: float)
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,  # own group: a timeout kills helpers it spawned too
+            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, held),
         )
     except OSError as err:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return RunResult(cmd, None, False, 0.0, "", "", error=f"cannot start {cmd[0]}: {err}")
     timed_out = False
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a pending stop raises here, inside
         out, err = proc.communicate(timeout=max(timeout_s, 1))
     except subprocess.TimeoutExpired:
         timed_out = True
