@@ -177,6 +177,7 @@ def test_mali_tiles_cut_accumulators_and_obey_the_tile_rule(patched_tree):
     assert not stock["s_warptile"].rule_ok and mali["s_warptile"].rule_ok
     bm, bn = mali["l_warptile_mmq_int"].values[1:3]
     assert rep["denoms"]["mali"]["l_mmq_wg_denoms"][:2] == (bm, bn)
+    assert rep["denoms"]["mali"]["l_wg_denoms"][:2] == mali["l_warptile"].values[1:3]
     assert rep["denoms"]["stock"]["l_mmq_wg_denoms"][:2] == stock["l_warptile_mmq_int"].values[1:3]
 
 
@@ -199,3 +200,11 @@ def test_tile_parser_on_a_small_excerpt():
     assert tiles["stock"]["l_warptile"][4] == 32 and tiles["mali"]["l_warptile"][0] == 256
     assert tiles["mali"]["l_wg_denoms"] == (64, 64, 1)
     assert warptile.analyse("l_warptile", tiles["stock"]["l_warptile"]).accumulators == 128
+    # The patch sets the Mali denominators from the tiles (a runtime spec may change BM, BN).
+    derived = src.replace(
+        "l_mmq_wg_denoms = l_wg_denoms = { 64, 64, 1 };",
+        "l_wg_denoms = { l_warptile[1], l_warptile[2], 1 };",
+    )
+    assert warptile.parse_tiles(derived)["mali"]["l_wg_denoms"] == (64, 64, 1)
+    with pytest.raises(UserError, match="cannot evaluate"):
+        warptile.parse_tiles(derived.replace("l_warptile[2]", "l_warptile[11]"))

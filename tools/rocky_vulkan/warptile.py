@@ -54,14 +54,24 @@ class Tile:
     shared_bytes: int  # f32 float tile, or q8_0 integer-dot tile (estimate)
 
 
-def _eval(expr: str, env: dict[str, int]) -> int:
-    """Evaluate `16`, `subgroup_size_8 * 2` and the like, nothing else."""
+def _eval(expr: str, env: dict[str, int], tiles: dict[str, tuple[int, ...]] | None = None) -> int:
+    """Evaluate `16`, `subgroup_size_8 * 2`, `l_warptile[1]` (a tile parsed before) and the like."""
 
     def walk(node: ast.AST) -> int:
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
             return node.value
         if isinstance(node, ast.Name) and node.id in env:
             return env[node.id]
+        if (
+            tiles is not None
+            and isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in tiles
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, int)
+            and 0 <= node.slice.value < len(tiles[node.value.id])
+        ):
+            return tiles[node.value.id][node.slice.value]
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult | ast.Add | ast.Sub):
             a, b = walk(node.left), walk(node.right)
             return (
@@ -79,11 +89,13 @@ def _eval(expr: str, env: dict[str, int]) -> int:
 _ASSIGN = re.compile(r"^\s*((?:\w+\s*=\s*)+)\{([^}]*)\};", re.M)
 
 
-def _assignments(block: str, env: dict[str, int]) -> dict[str, tuple[int, ...]]:
+def _assignments(
+    block: str, env: dict[str, int], tiles: dict[str, tuple[int, ...]] | None = None
+) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
     for m in _ASSIGN.finditer(block):
         names = [n.strip() for n in m.group(1).split("=") if n.strip()]
-        values = tuple(_eval(e, env) for e in m.group(2).split(","))
+        values = tuple(_eval(e, env, tiles) for e in m.group(2).split(","))
         for n in names:
             out[n] = values
     return out
@@ -106,7 +118,8 @@ def parse_tiles(source: str) -> dict[str, dict[str, tuple[int, ...]]]:
         mali.update(_assignments(source[branch:denoms], SUBGROUP_16))
         override = source.find("if (device->mali_warptile) {", denoms)
         if 0 <= override < end:
-            mali.update(_assignments(source[override:end], SUBGROUP_16))
+            # denominators may follow the tiles: l_wg_denoms = { l_warptile[1], l_warptile[2], 1 }
+            mali.update(_assignments(source[override:end], SUBGROUP_16, mali))
     return {"stock": stock, "mali": mali if branch >= 0 else {}}
 
 
