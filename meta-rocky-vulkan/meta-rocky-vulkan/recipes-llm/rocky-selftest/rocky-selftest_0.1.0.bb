@@ -31,6 +31,7 @@ SRC_URI = "\
     file://rocky_selftest/sequence.py \
     file://rocky_selftest/settings.py \
     file://rocky_selftest/stack.py \
+    file://rocky_selftest/tune_spec.py \
 "
 
 S = "${UNPACKDIR}"
