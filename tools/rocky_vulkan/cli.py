@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "rocky_vulkan.report",
     "rocky_vulkan.llama_sources",
     "rocky_vulkan.sim",
+    "rocky_vulkan.tiles_cli",
 )
 
 

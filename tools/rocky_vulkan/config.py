@@ -108,6 +108,9 @@ class Selftest:
     run_timeout_s: int
     deadline_s: int
     reference: Reference
+    # `rocky-selftest tune`: seconds of llama-bench time in all, and whether the first boot tunes
+    tune_budget_s: int = 1200
+    tune_at_first_boot: bool = False
 
 
 @dataclass(frozen=True)
@@ -406,6 +409,8 @@ def _build(data: dict[str, Any], source: Path) -> Config:
             run_timeout_s=st["run_timeout_s"],
             deadline_s=st["deadline_s"],
             reference=Reference(**{k: float(v) for k, v in st["reference"].items()}),
+            tune_budget_s=st["tune_budget_s"],
+            tune_at_first_boot=st["tune_at_first_boot"],
         ),
         image=Image(
             user=data["image"]["user"],

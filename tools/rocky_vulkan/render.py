@@ -50,6 +50,10 @@ BOARD_SELFTEST_LIBDIR = "/usr/share/rocky-selftest"
 BOARD_SELFTEST_CONFIG = "/etc/rocky-selftest/config.json"
 BOARD_RESULTS_DIR = "/var/lib/rocky-selftest"
 BOARD_STAMP = f"{BOARD_RESULTS_DIR}/first-boot.stamp"
+BOARD_TUNE_STAMP = f"{BOARD_RESULTS_DIR}/tune-done.stamp"
+BOARD_TILES_ENV = f"{BOARD_RESULTS_DIR}/tuned-tiles.env"  # selftest/tune_files.ENV_NAME
+BOARD_TILE_CANDIDATES = f"{BOARD_SELFTEST_LIBDIR}/tile_candidates.json"
+TILE_CANDIDATES = Path(__file__).resolve().parent / "data" / "tile_candidates.json"
 # Staging dirs of a render, beside the outputs (same file system, so the swap is a rename);
 # .gitignore lists them and the next render removes any a killed one left behind.
 STAGING_PREFIX = ".render-"
@@ -103,6 +107,9 @@ def selftest_board_config(cfg: Config) -> dict:
         "kld_min_same_top_p": st.kld_min_same_top_p,
         "run_timeout_s": st.run_timeout_s,
         "deadline_s": st.deadline_s,
+        "tune_budget_s": st.tune_budget_s,
+        "tune_at_first_boot": st.tune_at_first_boot,
+        "tune_candidates": BOARD_TILE_CANDIDATES,
         "bin_dir": BOARD_BINDIR,
         "vulkaninfo": f"{BOARD_BINDIR}/vulkaninfo",
         "results_dir": BOARD_RESULTS_DIR,
@@ -153,6 +160,7 @@ def _selftest_files(cfg: Config) -> list[tuple[str, str, dict]]:
         # The last run may start just before the deadline and take run_timeout_s.
         "timeout_start_s": board["deadline_s"] + board["run_timeout_s"] + 300,
     }
+    tiles = {"env_file": BOARD_TILES_ENV}
     env = _environment()
     model = _model_context(cfg, env)
     copying = _render(env, "layer/COPYING.MIT.j2", {"cfg": cfg}).encode("utf-8")
@@ -170,6 +178,18 @@ def _selftest_files(cfg: Config) -> list[tuple[str, str, dict]]:
         ),
         ("layer/COPYING.MIT.j2", f"{SELFTEST_FILES}/COPYING.MIT", {}),
         ("layer/rocky-selftest.service.j2", f"{SELFTEST_FILES}/rocky-selftest.service", unit),
+        (
+            "layer/rocky-selftest-tune.service.j2",
+            f"{SELFTEST_FILES}/rocky-selftest-tune.service",
+            {
+                **unit,
+                "tune_stamp": BOARD_TUNE_STAMP,
+                # the runs, then up to 3 KLD checks of 2 runs each, and room to start
+                "tune_timeout_s": board["tune_budget_s"] + 7 * board["run_timeout_s"] + 300,
+            },
+        ),
+        ("layer/rocky-tiles-env.j2", f"{SELFTEST_FILES}/rocky-tiles-env", tiles),
+        ("layer/rocky-tiles.sh.j2", f"{SELFTEST_FILES}/rocky-tiles.sh", tiles),
         (
             "layer/rocky-selftest.py.j2",
             f"{SELFTEST_FILES}/rocky-selftest",
@@ -262,6 +282,8 @@ def _copied_files(cfg: Config) -> list[tuple[Path, str]]:
         (SELFTEST_SOURCES / name, f"{SELFTEST_FILES}/rocky_selftest/{name}")
         for name in selftest_sources()
     ]
+    # The tuner's candidates (`rocky-vulkan tiles prune`), data for `rocky-selftest tune`.
+    copies.append((TILE_CANDIDATES, f"{SELFTEST_FILES}/tile_candidates.json"))
     return copies
 
 

@@ -184,3 +184,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dir", help="llama.cpp source tree (patched)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_run)
+
+
+MALI_BRANCH = "} else if (device->mali_warptile) {"
+FAMILY_TILES = {
+    "mm": "l_warptile",
+    "mmq": "l_warptile_mmq",
+    "int": "l_warptile_mmq_int",
+    "int_k": "l_warptile_mmq_int_k",
+}
+
+
+def mali_tiles_from_patch(patch: Path) -> dict[str, tuple[int, ...]]:
+    """The built-in Mali large tiles per spec family ({'int': (...), ...}), read from the added
+    lines of our llama.cpp patch: the patch is the one source of these numbers."""
+    try:
+        text = Path(patch).read_text(encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"cannot read {patch}: {err.strerror or err}") from None
+    added = "\n".join(ln[1:] for ln in text.splitlines() if ln.startswith("+") and ln[1:2] != "+")
+    start = added.find(MALI_BRANCH)
+    if start < 0:
+        raise UserError(f"{patch}: no `{MALI_BRANCH}` branch among the added lines")
+    body = []
+    for line in added[start:].splitlines()[1:]:
+        if line.strip() == "}":  # the branch's closing brace
+            break
+        body.append(line)
+    tiles = _assignments("\n".join(body), SUBGROUP_16)
+    missing = [t for t in FAMILY_TILES.values() if t not in tiles]
+    if missing:
+        raise UserError(f"{patch}: the Mali branch sets no {', '.join(missing)}")
+    return {family: tiles[name] for family, name in FAMILY_TILES.items()}

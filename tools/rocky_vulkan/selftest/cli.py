@@ -194,6 +194,48 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if doc["verdict"] == PASS else EXIT_FAIL
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Tune (or re-check) the matmul tiles; the choice goes to tuned-tiles.env."""
+    from . import tune
+
+    s = _settings(args)
+    if args.budget is not None:
+        s = replace(s, tune_budget_s=args.budget)
+    if args.first_boot:
+        if not s.tune_at_first_boot:
+            _say("rocky-selftest tune: tune_at_first_boot is off in the config; nothing to do")
+            return 0
+        doc = peek_result(s.results_dir)
+        if not doc or doc.get("verdict") != PASS:
+            verdict = doc.get("verdict") if doc else "none"
+            _say(f"rocky-selftest tune: the self-test verdict is {verdict}, not PASS: not tuning")
+            return 0
+    try:
+        with _stop_signals_raise():
+            if args.verify:
+                section = {"verify": tune.verify_choice(s, log=_say), "checked_at": now()}
+                tune.record_in_result(s.results_dir, {**(_old_tune(s) or {}), **section}, _say)
+                return 0 if section["verify"]["ok"] else EXIT_FAIL
+            if args.restart:
+                tune.restart(s)
+            summary = tune.Tuner(s, log=_say).run()
+    except Stopped as stop:
+        _say(f"rocky-selftest tune: stopped by {stop}; `rocky-selftest tune` resumes it")
+        return EXIT_ERROR
+    except (tune.TuneFileError, OSError) as err:
+        _say(f"rocky-selftest tune: {err}")
+        return EXIT_ERROR
+    tune.record_in_result(s.results_dir, summary, _say)
+    if args.stamp:
+        write_atomic(args.stamp, f"{summary['winner'] or 'builtin'} {now()}\n".encode())
+    return 0
+
+
+def _old_tune(s: Settings) -> dict[str, Any] | None:
+    doc = peek_result(s.results_dir)
+    return doc.get("tune") if doc else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rocky-selftest", description=__doc__)
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="default: %(default)s")
@@ -205,6 +247,19 @@ def build_parser() -> argparse.ArgumentParser:
         "publish", help="root step: show the last run's verdict on console, motd and journal"
     )
     status = sub.add_parser("status", help="print the last result's verdict")
+    tune = sub.add_parser(
+        "tune",
+        help="measure the shipped tile candidates, keep the fastest that passes the KLD check",
+    )
+    tune.add_argument("--first-boot", action="store_true", help="only if the config says so")
+    tune.add_argument("--stamp", help="written once the tune is done")
+    tune.add_argument("--budget", type=int, help="seconds of runs in all (default: the config)")
+    tune.add_argument("--restart", action="store_true", help="forget earlier progress")
+    tune.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-check the tuned spec (accepted, KLD); on failure fall back to the built-in tiles",
+    )
     for p in (run, publish):
         p.add_argument("--stamp", help="first-boot stamp, written once a verdict is saved")
         p.add_argument("--console", help="also write the short verdict here, e.g. /dev/console")
@@ -216,13 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--note-dir", dest="note_dir", default=DEFAULT_NOTE_DIR, help="default: %(default)s"
     )
-    for p in (run, publish, status):
+    for p in (run, publish, status, tune):
         p.add_argument("--sysroot", help="root for sysfs/dev/firmware checks (tests)")
         p.add_argument("--results-dir", dest="results_dir", help="where result.json goes")
         p.add_argument("--motd", dest="motd_path", help="motd file to update ('' = none)")
     run.set_defaults(func=cmd_run)
     publish.set_defaults(func=cmd_publish)
     status.set_defaults(func=cmd_status)
+    tune.set_defaults(func=cmd_tune)
     return parser
 
 

@@ -52,6 +52,14 @@ class Settings:
     sweep_modes: tuple[str, ...] = ("tuned", "stock", "cpu")
     # Checks to leave out; the rendered board config leaves none out.
     skip_checks: tuple[str, ...] = ()
+    # `rocky-selftest tune`: seconds of llama-bench time in all (across reboots), whether the
+    # first boot tunes after the self-test, the shipped candidates, how many of the best are
+    # run tune_repeats more times.
+    tune_budget_s: int = 1200
+    tune_at_first_boot: bool = False
+    tune_candidates: str = "/usr/share/rocky-selftest/tile_candidates.json"
+    tune_top: int = 3
+    tune_repeats: int = 2
 
     def tool(self, name: str) -> str:
         return os.path.join(self.bin_dir, name)
@@ -90,6 +98,12 @@ def load_settings(path: str) -> Settings:
         settings = Settings(**data)
     except TypeError as err:
         raise SettingsError(f"{path}: {err}") from None
+    if not isinstance(settings.tune_at_first_boot, bool):
+        raise SettingsError(f"{path}: tune_at_first_boot must be true or false")
+    for key in ("tune_budget_s", "tune_top", "tune_repeats"):
+        value = getattr(settings, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SettingsError(f"{path}: {key} must be a whole number >= 0, not {value!r}")
     bad_modes = set(settings.sweep_modes) - {"tuned", "stock", "cpu"}
     if bad_modes or not settings.ubatch_sizes:
         raise SettingsError(

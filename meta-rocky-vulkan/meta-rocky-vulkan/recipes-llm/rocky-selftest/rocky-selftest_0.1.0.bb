@@ -5,7 +5,8 @@ DESCRIPTION = "rocky-selftest checks that the Mali-G610 runs llama.cpp through p
                driver, CSF firmware, Vulkan device, model checksum, a crash-free ub sweep, the \
                tuned-vs-stock prefill ratio and GPU-vs-CPU output (KL divergence). It runs \
                once on first boot (stamp file), as an unprivileged system user in a sandbox, writes \
-               /var/lib/rocky-selftest/result.json and shows the verdict on console and motd."
+               /var/lib/rocky-selftest/result.json and shows the verdict on console and motd. \
+               rocky-selftest tune then picks the fastest matmul tiles that pass the KL check."
 SECTION = "tests"
 LICENSE = "MIT"
 LIC_FILES_CHKSUM = "file://COPYING.MIT;md5=838c366f69b72c5df05c96dff79b35f2"
@@ -15,6 +16,10 @@ SRC_URI = "\
     file://COPYING.MIT \
     file://rocky-selftest \
     file://rocky-selftest.service \
+    file://rocky-selftest-tune.service \
+    file://rocky-tiles-env \
+    file://rocky-tiles.sh \
+    file://tile_candidates.json \
     file://config.json \
     file://rocky_selftest/__init__.py \
     file://rocky_selftest/__main__.py \
@@ -31,6 +36,9 @@ SRC_URI = "\
     file://rocky_selftest/sequence.py \
     file://rocky_selftest/settings.py \
     file://rocky_selftest/stack.py \
+    file://rocky_selftest/tune.py \
+    file://rocky_selftest/tune_files.py \
+    file://rocky_selftest/tune_spec.py \
 "
 
 S = "${UNPACKDIR}"
@@ -43,7 +51,7 @@ USERADD_PARAM:${PN} = "--system --user-group --no-create-home \
                        --home-dir ${localstatedir}/lib/rocky-selftest \
                        --shell ${base_sbindir}/nologin rocky-selftest"
 
-SYSTEMD_SERVICE:${PN} = "rocky-selftest.service"
+SYSTEMD_SERVICE:${PN} = "rocky-selftest.service rocky-selftest-tune.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
 
 do_configure[noexec] = "1"
@@ -57,6 +65,12 @@ do_install() {
     install -D -m 0644 ${S}/config.json ${D}${sysconfdir}/rocky-selftest/config.json
     install -D -m 0644 ${S}/rocky-selftest.service \
         ${D}${systemd_system_unitdir}/rocky-selftest.service
+    install -D -m 0644 ${S}/rocky-selftest-tune.service \
+        ${D}${systemd_system_unitdir}/rocky-selftest-tune.service
+    # The tuner's candidates, and how llama.cpp's users pick up its choice.
+    install -m 0644 ${S}/tile_candidates.json ${D}${datadir}/rocky-selftest/
+    install -D -m 0755 ${S}/rocky-tiles-env ${D}${bindir}/rocky-tiles-env
+    install -D -m 0644 ${S}/rocky-tiles.sh ${D}${sysconfdir}/profile.d/rocky-tiles.sh
 }
 
 # No /var/lib/rocky-selftest in the package: the unit's StateDirectory= creates it, owned by

@@ -1,0 +1,129 @@
+"""`rocky-vulkan tiles`: the matmul tiles of a source tree, the tuner's candidates, and their
+pruning on the simulated G610."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+from pathlib import Path
+
+from . import tiles_prune, tilespace, warptile
+from .errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "tiles",
+        help="matmul tile candidates for the board's tuner, pruned on the simulated G610",
+        description=tilespace.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tsub = parser.add_subparsers(dest="tiles_command", required=True)
+
+    p = tsub.add_parser("show", help="accumulators per thread and tile rule, stock vs Mali")
+    p.add_argument("dir", help="llama.cpp source tree (patched)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=warptile._run)
+
+    p = tsub.add_parser("candidates", help="the legal int / int_k tile specs the tuner may try")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_candidates)
+
+    p = tsub.add_parser(
+        "prune",
+        help="compile each candidate on the simulated G610, keep the spill-free ones",
+        description=tiles_prune.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--sim-root", type=Path, required=True, help="the sim root (sim setup)")
+    p.add_argument(
+        "--llama-bench",
+        required=True,
+        help="a spec-capable llama-bench inside the root (/opt/rocky/llama-NAME/bin/llama-bench)",
+    )
+    p.add_argument("--model", type=Path, required=True, help="a GGUF file on the host (Q4_K_M)")
+    p.add_argument("--driver", default="stock", help="panvk to use (see `sim run --help`)")
+    p.add_argument("--max-spills", type=int, default=0, help="spills allowed (default: 0)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per candidate")
+    p.add_argument("--logs", type=Path, required=True, help="folder for each candidate's log")
+    p.add_argument("--only", default=None, help="comma-separated candidate names (a subset)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=tiles_prune.DATA_PATH,
+        help="where the pruned list goes (default: %(default)s)",
+    )
+    p.set_defaults(func=_prune)
+
+
+def _candidates(args: argparse.Namespace) -> int:
+    cands = tilespace.candidates()
+    if args.json:
+        print(json.dumps([c.to_json() for c in cands], indent=1))
+        return 0
+    print(f"{'name':26} {'acc':>3} {'regs int/k':>10} {'shmem':>6}  spec")
+    for c in cands:
+        regs = f"{c.est_registers['int']}/{c.est_registers['int_k']}"
+        print(f"{c.name:26} {c.accumulators:3} {regs:>10} {c.shared_bytes['int_k']:6}  {c.spec}")
+    print(f"{len(cands)} candidates (register counts are estimates; `tiles prune` measures them)")
+    return 0
+
+
+def _sim_runner(args: argparse.Namespace):
+    """spec -> (exit status, stderr) of llama-bench -v in the sim root, logs kept per spec."""
+    from .selftest.tune_spec import ENV_VAR
+    from .sim.guest import guest_argv, guest_env, resolve_driver
+    from .sim.root import Bind, SimRoot
+    from .sim.sweep import MODEL_DIR, bench_argv
+
+    root = SimRoot(args.sim_root)
+    root.require()
+    model = args.model.resolve()
+    if not model.is_file():
+        raise UserError(f"--model {model}: not a file; pass the GGUF the board runs")
+    driver = resolve_driver(root, args.driver)
+    args.logs.mkdir(parents=True, exist_ok=True)
+    counter = iter(range(1, 10_000))
+
+    def run(spec: str) -> tuple[int, str]:
+        extra = {ENV_VAR: spec, "GGML_VK_PIPELINE_STATS": tiles_prune.STATS_FILTER}
+        env = guest_env(driver, None, extra)
+        # -v: ggml-vulkan's info line (the tiles in use) and a rejection would be dropped.
+        argv = guest_argv(
+            args.llama_bench, [*bench_argv(f"{MODEL_DIR}/{model.name}", 512, 512, 1), "-v"], env
+        )
+        binds = (Bind(model.parent, MODEL_DIR),)
+        proc = root.run(argv, binds=binds, check=False, capture=True, timeout=args.timeout)
+        n = next(counter)
+        (args.logs / f"{n:02d}.stderr").write_text(f"# {spec}\n{proc.stderr}")
+        return proc.returncode, proc.stderr
+
+    return run, driver
+
+
+def _prune(args: argparse.Namespace) -> int:
+    builtin = tilespace.builtin_tiles()
+    cands = tilespace.candidates(builtin)
+    if args.only:
+        wanted = set(args.only.split(","))
+        unknown = wanted - {c.name for c in cands}
+        if unknown:
+            raise UserError(
+                f"--only: no candidates named {sorted(unknown)}; see `tiles candidates`"
+            )
+        cands = [c for c in cands if c.name in wanted or c.builtin]
+    run, driver = _sim_runner(args)
+    records = tiles_prune.prune(cands, run, args.max_spills)
+    provenance = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "llama_bench": args.llama_bench,
+        "model": args.model.name,
+        "driver": driver.name,
+        "max_spills": args.max_spills,
+    }
+    doc = tiles_prune.document(cands, builtin, records, provenance)
+    tiles_prune.write_document(doc, args.out)
+    kept = sum(1 for e in doc["candidates"] if e["kept"])
+    print(f"wrote {args.out}: {kept} of {len(cands)} candidates kept")
+    return 0
