@@ -226,6 +226,8 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.plot) if args.plot else Path(args.result).with_suffix(".png")
     plot(doc, ref, out)
     console.print(f"plot: {out}", markup=False)
+    if doc["tune"]:
+        _print_tune(console, doc["tune"], ref, out.with_name(out.stem + "-tune.png"))
     failed = [c["name"] for c in doc["checks"] if c["status"] != "PASS" and c["status"] != "SKIP"]
     problems = doc["problems"]
     if doc["verdict"] == "PASS" and not failed and not problems:
@@ -237,6 +239,27 @@ def _run(args: argparse.Namespace) -> int:
     verdict = Text("VERDICT: FAIL", style="bold red")
     console.print(Text.assemble(verdict, " — ", why))
     return 1
+
+
+def _print_tune(console, tune: dict[str, Any], ref: Reference, out: Path) -> None:
+    """The tile tuning (rocky-selftest tune): t/s per candidate with its registers/spills."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from .tune_report import plot_tune, sim_by_spec, tune_rows
+
+    used = f"{tune['elapsed_s']:.0f}" if tune["elapsed_s"] is not None else "?"
+    budget = f"{tune['budget_s']:.0f}" if tune["budget_s"] is not None else "?"
+    title = f"tile tuning ({tune['phase']}, {used} of {budget} s"
+    title += ", budget reached)" if tune["budget_exhausted"] else ")"
+    table = Table(title=Text(title))
+    for column in ("candidate", "pp512 t/s", "runs", "registers", "spills/fills", "status"):
+        table.add_column(column)
+    for row in tune_rows(tune, ref, sim_by_spec()):
+        style = "red" if row[-1] == "ref" else "white"
+        table.add_row(*(Text(cell, style=style) for cell in row))
+    console.print(table)
+    console.print(f"tuning plot: {plot_tune(tune, ref, out)}", markup=False)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

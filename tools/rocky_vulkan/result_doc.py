@@ -126,6 +126,49 @@ def _sweep(raw: Any, c: _Checker) -> list[dict[str, Any]]:
     return runs
 
 
+def _tune(raw: Any, c: _Checker) -> dict[str, Any] | None:
+    """`rocky-selftest tune`'s section: each candidate's name, spec, t/s and status."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        c.bad("tune", raw, "an object")
+        return None
+    rows = []
+    cands = raw.get("candidates")
+    if not isinstance(cands, list):
+        c.bad("tune.candidates", cands, "a list")
+        cands = []
+    for i, item in enumerate(cands):
+        field = f"tune.candidates[{i}]"
+        if not isinstance(item, dict):
+            c.bad(field, item, "an object")
+            continue
+        tps = item.get("tps")
+        if not isinstance(tps, list):
+            c.bad(f"{field}.tps", tps, "a list")
+            tps = []
+        runs = [c.number({"t": t}, "t", f"{field}.tps[{j}]") for j, t in enumerate(tps)]
+        rows.append(
+            {
+                "name": c.text(item, "name", f"{field}.name", "?"),
+                "spec": c.text(item, "spec", f"{field}.spec"),
+                "builtin": item.get("builtin") is True,
+                "runs": len([t for t in runs if t is not None]),
+                "median_tps": c.number(item, "median_tps", f"{field}.median_tps"),
+                "status": c.text(item, "status", f"{field}.status", "?"),
+                "reason": c.text(item, "reason", f"{field}.reason"),
+            }
+        )
+    return {
+        "winner": c.text(raw, "winner", "tune.winner") or None,
+        "elapsed_s": c.number(raw, "elapsed_s", "tune.elapsed_s"),
+        "budget_s": c.number(raw, "budget_s", "tune.budget_s"),
+        "budget_exhausted": raw.get("budget_exhausted") is True,
+        "phase": c.text(raw, "phase", "tune.phase", "?"),
+        "candidates": rows,
+    }
+
+
 def check_result(doc: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[str]]:
     """The document with every field the report reads in its type, and the problems found."""
     for key in ("verdict", "checks"):
@@ -152,6 +195,7 @@ def check_result(doc: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[
         },
         "host": {"hostname": c.text(c.mapping(doc, "host"), "hostname", "host.hostname", "board")},
         "model": {"path": c.text(c.mapping(doc, "model"), "path", "model.path")},
+        "tune": _tune(doc.get("tune"), c),
     }
     return clean, c.problems
 
