@@ -137,3 +137,19 @@ def test_image_is_refused_until_the_model_licence_is_accepted(dumps):
     assert f'MACHINE              = "{CFG.machines[0].name}"' not in text  # skipped before
     assert "the model's licence is not accepted" in text
     assert f"LICENSE_FLAGS_ACCEPTED += '{render_mod.MODEL_LICENSE_FLAG}'" in text
+
+
+@pytest.mark.parametrize("machine", CFG.machines, ids=lambda m: m.name)
+def test_model_is_fetched_at_a_pinned_revision_by_sha256(dumps, machine):
+    env = read(dumps, machine, "rocky-model.env")
+    src = variable(env, "SRC_URI")[0].split()
+    assert src[0] == f"{CFG.model.url};downloadfilename={CFG.model.filename}"
+    # resolve/<40-hex revision>/, not a branch: the sha256 below cannot drift with the repo.
+    assert re.search(r"/resolve/[0-9a-f]{40}/", src[0]), src[0]
+    assert "file://MODEL-LICENSE" in src
+    # `bitbake -e` prints no flag values, only in the history: "set <file>:<line> [sha256sum]"
+    # followed by the value set.
+    flag = re.search(r'^#   set (\S+):\d+ \[sha256sum\]\n#     "([0-9a-f]+)"$', env, re.M)
+    assert flag, "no SRC_URI[sha256sum] in the history"
+    assert flag.group(1).endswith("/rocky-model_1.0.bb") and flag.group(2) == CFG.model.sha256
+    assert variable(env, "LICENSE_FLAGS")[0] == render_mod.MODEL_LICENSE_FLAG

@@ -132,9 +132,12 @@ def _render(env: jinja2.Environment, template: str, context: dict) -> str:
 def _model_context(cfg: Config, env: jinja2.Environment) -> dict:
     url = cfg.model.url
     homepage = url.split("/resolve/", 1)[0] if "/resolve/" in url else url.rsplit("/", 1)[0]
+    # Hugging Face's resolve/<revision>/<file>: the licence to name is the one at that revision.
+    revision = url.split("/resolve/", 1)[1].split("/", 1)[0] if "/resolve/" in url else "main"
     context = {
         "cfg": cfg,
         "model_homepage": homepage,
+        "model_licence_url": f"{homepage}/blob/{revision}/LICENSE",
         "model_host": url.partition("://")[2].split("/", 1)[0],
         "model_dir": BOARD_MODEL_DIR,
         "model_subdir": BOARD_MODEL_SUBDIR,

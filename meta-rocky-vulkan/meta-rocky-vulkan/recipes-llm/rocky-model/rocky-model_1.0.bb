@@ -6,15 +6,15 @@ DESCRIPTION = "The reference model of the rocky-vulkan self-test, fetched at bui
 HOMEPAGE = "https://huggingface.co/Qwen/Qwen2.5-3B-Instruct-GGUF"
 SECTION = "misc"
 LICENSE = "Qwen-Research"
-LIC_FILES_CHKSUM = "file://MODEL-LICENSE;md5=48b307d8eab8d65fdd11ae01887bd421"
+LIC_FILES_CHKSUM = "file://MODEL-LICENSE;md5=1f40e56f714b44acbb3cc5ef96b2050d"
 NO_GENERIC_LICENSE[Qwen-Research] = "MODEL-LICENSE"
 # Non-commercial terms: whoever builds accepts them with LICENSE_FLAGS_ACCEPTED (kas/model-licence.yml).
 LICENSE_FLAGS = "qwen-research"
-LICENSE_FLAGS_DETAILS[qwen-research] = "Qwen2.5-3B-Instruct Q4_K_M is under the Qwen RESEARCH LICENSE AGREEMENT (research and evaluation only; see https://huggingface.co/Qwen/Qwen2.5-3B-Instruct-GGUF). Once you accept it, add LICENSE_FLAGS_ACCEPTED += 'qwen-research' to your configuration (kas: add :kas/model-licence.yml)."
+LICENSE_FLAGS_DETAILS[qwen-research] = "Qwen2.5-3B-Instruct Q4_K_M is under the Qwen RESEARCH LICENSE AGREEMENT (research and evaluation only; the terms: https://huggingface.co/Qwen/Qwen2.5-3B-Instruct-GGUF/blob/7dabda4d13d513e3e842b20f0d435c732f172cbe/LICENSE). Once you accept it, add LICENSE_FLAGS_ACCEPTED += 'qwen-research' to your configuration (kas: add :kas/model-licence.yml)."
 
 # nooelint: oelint.vars.downloadfilename - the upstream file name the self-test uses; the sha256 pin makes it unique
 SRC_URI = "\
-    https://huggingface.co/Qwen/Qwen2.5-3B-Instruct-GGUF/resolve/main/qwen2.5-3b-instruct-q4_k_m.gguf;downloadfilename=qwen2.5-3b-instruct-q4_k_m.gguf \
+    https://huggingface.co/Qwen/Qwen2.5-3B-Instruct-GGUF/resolve/7dabda4d13d513e3e842b20f0d435c732f172cbe/qwen2.5-3b-instruct-q4_k_m.gguf;downloadfilename=qwen2.5-3b-instruct-q4_k_m.gguf \
     file://MODEL-LICENSE \
 "
 SRC_URI[sha256sum] = "626b4a6678b86442240e33df819e00132d3ba7dddfe1cdc4fbb18e0a9615c62d"
