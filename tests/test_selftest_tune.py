@@ -38,10 +38,11 @@ with open(os.environ["ROCKY_FAKE_CALLS"], "a") as fh:
 time.sleep(step.get("sleep", plan.get("default_sleep", 0.05)))
 if "reject" in step:
     print("ggml_vulkan: {ENV_VAR} spec rejected: " + step["reject"]
-          + "; using the built-in Mali tiles", file=sys.stderr)
-    print("ggml_vulkan: using Mali matmul warptiles", file=sys.stderr)
+          + " broken (1 != 2); using the built-in Mali tiles", file=sys.stderr)
+    print("ggml_vulkan: using Mali matmul warptiles ({ENV_VAR}=0 to disable)", file=sys.stderr)
 else:
-    print("ggml_vulkan: using Mali matmul warptiles ({ENV_VAR}=" + spec + ")", file=sys.stderr)
+    print("ggml_vulkan: using Mali matmul warptiles (spec: " + spec + ") ({ENV_VAR}=0 to disable)",
+          file=sys.stderr)
 tps = step.get("tps", 20.0)
 print(json.dumps([{{"avg_ts": tps, "samples_ts": [tps], "n_gpu_layers": 99, "n_ubatch": 512,
                    "devices": "Vulkan0", "gpu_info": "Mali-G610 MC4 (panvk)"}}]))
