@@ -292,3 +292,15 @@ def test_hostile_tune_settings_are_refused(tmp_path, key, value):
     path = write_config(tmp_path / "c.json", model_path="/m", **{key: value})
     with pytest.raises(SettingsError, match=key):
         load_settings(str(path))
+
+
+def test_damaged_progress_is_a_fresh_start_not_a_crash(tmp_path):
+    env = _setup(tmp_path, [20.0, 31.0], n=2)
+    s = load_settings(str(env["config"]))
+    tune.Tuner(s, log=lambda _: None).run()
+    prog = _progress(env)
+    prog["results"][env["cands"][0].name]["tps"] = ["fast"]
+    (env["results"] / tune_files.PROGRESS_NAME).write_text(json.dumps(prog))
+    summary = tune.Tuner(s, log=lambda _: None).run()  # starts over: both run again
+    assert summary["phase"] == "done"
+    assert _calls(env).count(env["cands"][0].spec) == 2 * 3  # twice a sweep run + 2 repeats
