@@ -60,13 +60,17 @@ def settings(tmp_path_factory, q4k_model):
     device = vulkan_device()
     if not device:
         pytest.skip("no Vulkan device (lavapipe) in this llama.cpp build")
+    # ggml-vulkan logs the tile line (or the old build's warning) only once a device is set up,
+    # verbose: a short real run, not --list-devices.
     probe = subprocess.run(
-        [_tool("llama-bench"), "--list-devices"],
-        capture_output=True, text=True, timeout=120,
+        [_tool("llama-bench"), "-m", str(q4k_model), "-p", "16", "-n", "0", "-r", "1", "-v",
+         "-ngl", "99", "-dev", "Vulkan0"],
+        capture_output=True, text=True, timeout=900,
         env={**os.environ, **VK_ENV, "GGML_VK_MALI_WARPTILE": tilespace.candidates()[1].spec},
     )  # fmt: skip
     if "ignoring GGML_VK_MALI_WARPTILE" in probe.stderr:
         pytest.skip("this llama.cpp build predates GGML_VK_MALI_WARPTILE=<spec>")
+    assert "(spec: " in probe.stderr, probe.stderr[-3000:]
     tmp = tmp_path_factory.mktemp("tune-real")
     builtin = tilespace.builtin_tiles()
     every = tilespace.candidates(builtin)
