@@ -38,10 +38,11 @@ with open(os.environ["ROCKY_FAKE_CALLS"], "a") as fh:
 time.sleep(step.get("sleep", plan.get("default_sleep", 0.05)))
 if "reject" in step:
     print("ggml_vulkan: {ENV_VAR} spec rejected: " + step["reject"]
-          + "; using the built-in Mali tiles", file=sys.stderr)
-    print("ggml_vulkan: using Mali matmul warptiles", file=sys.stderr)
+          + " broken (1 != 2); using the built-in Mali tiles", file=sys.stderr)
+    print("ggml_vulkan: using Mali matmul warptiles ({ENV_VAR}=0 to disable)", file=sys.stderr)
 else:
-    print("ggml_vulkan: using Mali matmul warptiles ({ENV_VAR}=" + spec + ")", file=sys.stderr)
+    print("ggml_vulkan: using Mali matmul warptiles (spec: " + spec + ") ({ENV_VAR}=0 to disable)",
+          file=sys.stderr)
 tps = step.get("tps", 20.0)
 print(json.dumps([{{"avg_ts": tps, "samples_ts": [tps], "n_gpu_layers": 99, "n_ubatch": 512,
                    "devices": "Vulkan0", "gpu_info": "Mali-G610 MC4 (panvk)"}}]))
@@ -291,3 +292,15 @@ def test_hostile_tune_settings_are_refused(tmp_path, key, value):
     path = write_config(tmp_path / "c.json", model_path="/m", **{key: value})
     with pytest.raises(SettingsError, match=key):
         load_settings(str(path))
+
+
+def test_damaged_progress_is_a_fresh_start_not_a_crash(tmp_path):
+    env = _setup(tmp_path, [20.0, 31.0], n=2)
+    s = load_settings(str(env["config"]))
+    tune.Tuner(s, log=lambda _: None).run()
+    prog = _progress(env)
+    prog["results"][env["cands"][0].name]["tps"] = ["fast"]
+    (env["results"] / tune_files.PROGRESS_NAME).write_text(json.dumps(prog))
+    summary = tune.Tuner(s, log=lambda _: None).run()  # starts over: both run again
+    assert summary["phase"] == "done"
+    assert _calls(env).count(env["cands"][0].spec) == 2 * 3  # twice a sweep run + 2 repeats

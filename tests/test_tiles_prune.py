@@ -3,7 +3,7 @@ candidate, and the shipped tile_candidates.json.
 
 The logs below are ggml-vulkan's real output format (ggml_vk_create_pipeline with panvk's
 statistic names, as recorded in docs/verification/sim.md and tests/test_sim.py). The tile-spec
-lines follow the format the tilespec branch of our patch prints; they are text here, not a run.
+lines are the patch's (docs/verification/llama-patch.md, "Runtime tile spec"); text, not a run.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _log(spec: str, q4k_spills: int, q6k_spills: int = 0) -> str:
     return f"""\
 ggml_vulkan: Found 1 Vulkan devices:
 ggml_vulkan: 0 = Mali-G610 MC4 (panvk) | uma: 1 | fp16: 1 | warp size: 16 | int dot: 1
-ggml_vulkan: using Mali matmul warptiles ({tune_spec.ENV_VAR}={spec})
+ggml_vulkan: using Mali matmul warptiles (spec: {spec}) ({tune_spec.ENV_VAR}=0 to disable)
 ggml_vulkan: pipeline stats for matmul_q4_k_q8_1_l:
 ggml_vulkan:   Spills: {q4k_spills}
 ggml_vulkan:   Fills: 9
@@ -58,11 +58,11 @@ def test_judge_keeps_spill_free_and_drops_spilling():
 def test_judge_names_the_rejected_rule():
     log = (
         f"ggml_vulkan: {tune_spec.ENV_VAR} spec rejected: int_k: (BM/WM)*(BN/WN) == "
-        "BLOCK_SIZE/WARP; using the built-in Mali tiles\n" + _log(BUILTIN.spec, 0)
+        "BLOCK_SIZE/WARP broken (8 != 16); using the built-in Mali tiles\n" + _log(BUILTIN.spec, 0)
     )
     rec = tiles_prune.judge(OTHER, 0, log)
     assert rec["status"] == "rejected"
-    assert rec["reason"].endswith("int_k: (BM/WM)*(BN/WN) == BLOCK_SIZE/WARP")
+    assert rec["reason"].endswith("int_k: (BM/WM)*(BN/WN) == BLOCK_SIZE/WARP broken (8 != 16)")
 
 
 def test_judge_refuses_runs_that_do_not_prove_the_spec_ran():
@@ -72,7 +72,7 @@ def test_judge_refuses_runs_that_do_not_prove_the_spec_ran():
     assert "old patch" in tiles_prune.judge(OTHER, 0, old)["reason"]
     crashed = tiles_prune.judge(OTHER, 134, _log(OTHER.spec, 0) + "terminate called\n")
     assert crashed["status"] == "failed" and "exit 134" in crashed["reason"]
-    no_stats = "ggml_vulkan: using Mali matmul warptiles (" + OTHER.spec + ")\n"
+    no_stats = "ggml_vulkan: using Mali matmul warptiles (spec: " + OTHER.spec + ")\n"
     assert "no statistics" in tiles_prune.judge(OTHER, 0, no_stats)["reason"]
 
 

@@ -36,10 +36,10 @@ def test_space_is_a_few_dozen_legal_distinct_specs(builtin):
     for c in space:
         spec = ts.check_spec(c.spec, builtin)  # round trip through the strict parser
         assert spec == c.tiles
-        assert c.accumulators in (8, 16, 32)
+        assert c.accumulators in (8, 16)
         assert max(c.est_registers.values()) <= 64
         assert max(c.shared_bytes.values()) <= 32768
-        assert all(t[1:3] == (64, 64) for t in spec.values())
+        assert spec["int"][1:3] == spec["int_k"][1:3] in ((64, 64), (128, 64), (64, 128))
 
 
 def test_register_estimate_keeps_the_stock_tile_out():
@@ -51,14 +51,18 @@ def test_register_estimate_keeps_the_stock_tile_out():
 @pytest.mark.parametrize(
     ("values", "rule"),
     [
-        ((2048, 64, 64, 32, 16, 16, 1, 2, 2, 1, 16, 2), "BLOCK_SIZE <= 1024"),
+        (
+            (2048, 64, 64, 32, 16, 16, 1, 2, 2, 1, 16, 2),
+            "BLOCK_SIZE <= maxComputeWorkGroupInvocations",
+        ),
         ((250, 64, 64, 32, 16, 16, 1, 2, 2, 1, 16, 2), "BLOCK_SIZE % WARP"),
         ((128, 64, 64, 32, 16, 16, 1, 2, 2, 1, 16, 2), "(BM/WM)*(BN/WN) == BLOCK_SIZE/WARP"),
         ((256, 64, 64, 32, 24, 16, 1, 2, 2, 1, 16, 2), "BM % WM == 0"),
-        ((256, 64, 64, 32, 16, 16, 1, 4, 8, 1, 16, 2), "WM*WN % (WARP*TM*TN*WMITER)"),
+        ((256, 64, 64, 32, 16, 16, 1, 4, 8, 1, 16, 2), "(WM*WN) % (WARP*TM*TN*WMITER)"),
         ((256, 64, 64, 16, 16, 16, 1, 2, 2, 1, 16, 2), "BK == 32"),
         ((256, 64, 64, 32, 16, 16, 1, 2, 2, 2, 16, 2), "TK == 1"),
-        ((256, 64, 64, 32, 16, 16, 1, 2, 2, 1, 16, 8), "shared memory 40960 B <= 32768 B"),
+        ((256, 64, 64, 32, 16, 16, 1, 2, 2, 1, 16, 8), "shared memory <= maxComputeSharedMemory"),
+        ((4, 8, 8, 32, 8, 8, 1, 1, 1, 1, 4, 1), "BLOCK_SIZE % 8 == 0"),
     ],
 )
 def test_rule_breakers_are_rejected_naming_the_rule(values, rule):
@@ -67,11 +71,27 @@ def test_rule_breakers_are_rejected_naming_the_rule(values, rule):
     assert all(p.startswith("int_k: ") for p in problems)
 
 
-def test_wg_denoms_rule_needs_one_shape_for_all_large_tiles(builtin):
+def test_families_may_differ_in_shape_each_has_its_own_wg_denoms(builtin):
+    # the patch: each large pipeline takes its dispatch denominators from its own tile
     other = "int_k=128,128,32,32,32,16,1,2,2,1,16,2"
-    assert ts.tile_problems("int_k", ts.parse_spec(other)["int_k"]) == []
-    with pytest.raises(ts.SpecError, match="wg_denoms: every large tile needs the same BM x BN"):
-        ts.check_spec(other, builtin)
+    assert ts.check_spec(other, builtin)["int_k"][1:3] == (128, 32)
+
+
+def test_mm_and_mmq_rules_of_the_patch():
+    mm = (256, 64, 64, 16, 16, 16, 2, 2, 2, 1, 16)  # the built-in
+    assert ts.tile_problems("mm", mm) == []
+    assert any("TM % 2 == 0" in p for p in ts.tile_problems("mm", (*mm[:7], 1, 4, *mm[9:])))
+    assert any("128 % BK == 0" in p for p in ts.tile_problems("mm", (*mm[:3], 48, *mm[4:])))
+    assert any("BK == 32" in p for p in ts.tile_problems("mmq", (*mm[:3], 16, *mm[4:])))
+    wide = (512, 64, 64, 16, 8, 16, 1, 2, 2, 1, 16)  # BLOCK_SIZE/4 = 128 rows per load pass
+    assert any("BM % (BLOCK_SIZE/4)" in p for p in ts.tile_problems("mm", wide))
+
+
+def test_shared_memory_matches_the_patch_at_fp32_sizes(builtin):
+    # the patch's numbers at fp16 sizes: mmq 20992, int 9232, int_k 9216; at fp32 they grow
+    assert ts.shared_bytes("mmq", builtin["mmq"]) == 128 * 17 * 8 + 12288
+    assert ts.shared_bytes("int", builtin["int"]) == 2 * (64 * 36 + 64 * 40) + 16
+    assert ts.shared_bytes("int_k", builtin["int_k"]) == 2 * 128 * 40
 
 
 @pytest.mark.parametrize(

@@ -62,10 +62,10 @@ def _candidates(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([c.to_json() for c in cands], indent=1))
         return 0
-    print(f"{'name':26} {'acc':>3} {'regs int/k':>10} {'shmem':>6}  spec")
+    print(f"{'name':30} {'acc':>3} {'regs int/k':>10} {'shmem':>6}  spec")
     for c in cands:
         regs = f"{c.est_registers['int']}/{c.est_registers['int_k']}"
-        print(f"{c.name:26} {c.accumulators:3} {regs:>10} {c.shared_bytes['int_k']:6}  {c.spec}")
+        print(f"{c.name:30} {c.accumulators:3} {regs:>10} {c.shared_bytes['int_k']:6}  {c.spec}")
     print(f"{len(cands)} candidates (register counts are estimates; `tiles prune` measures them)")
     return 0
 

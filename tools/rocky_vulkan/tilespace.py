@@ -6,12 +6,14 @@ format and the rules). The space is kept to a few dozen on purpose: each candida
 shader compile on the simulated G610 (minutes under emulation) and a pp512 run on the board
 (~18 s), and the tuner has 20 minutes. The bounds, and why:
 
-- BM = BN = 64: ggml shares one l_wg_denoms among all four large tiles, so a spec that names only
-  int / int_k must keep the built-in mm / mmq tiles' 64 x 64 (tune_spec.spec_problems).
+- BM x BN in {64x64, 128x64, 64x128}: the built-in 64 x 64 and the two tiles twice its size
+  (each large pipeline takes its wg_denoms from its own tile, so any shape works; larger tiles
+  reuse each loaded block more but leave fewer workgroups for the G610's 4 cores at pp512).
 - WARP = 16 (the G610's subgroup), BK = 32 (fixed in mul_mmq.comp), TK = 1 (coopmat only).
-- 8, 16 or 32 accumulators per thread (WM*WN/WARP): 64 or more cannot stay in the 64 registers a
-  thread has at full occupancy (the stock 128 spill 604 times), 4 leaves each thread too little
-  work to hide a 1024-thread workgroup's barriers.
+- 8 or 16 accumulators per thread (WM*WN/WARP): the built-in tile's 16 already reach 62
+  registers with 6 spills on matmul_q4_k_q8_1_l on the simulated G610 (docs/verification/sim.md),
+  so 32 cannot stay in the 64 registers a thread has at full occupancy (the stock 128 spill 604
+  times); 4 leaves each thread too little work to hide a 1024-thread workgroup's barriers.
 - Estimated live registers <= 64: accumulators + the register cache of A (WMITER*TM blocks of
   9 words for q6_K / q8_0) + one B block (9 words). An estimate: the sim prune measures the truth.
 - TM, TN in {1, 2} with TM*TN >= 2: 1 x 1 reuses no loaded value; 4-wide pieces push the A cache
@@ -57,7 +59,7 @@ __all__ = [
 ]
 
 PATCH = Path(__file__).resolve().parents[2] / "patches" / "llama.cpp-mali-mmq-warptile.patch"
-SHAPE = (64, 64)
+SHAPES = ((64, 64), (128, 64), (64, 128))
 WARP = 16
 MMQ_BK = 32
 BLOCK_SIZES = (128, 256, 512)
@@ -65,7 +67,7 @@ WARP_TILE_SIDES = (8, 16, 32)
 THREAD_TILES = ((1, 2), (2, 1), (2, 2))
 BK_STEPS = (2, 4)
 MAX_ASPECT = 2
-ACCUMULATORS = (8, 16, 32)
+ACCUMULATORS = (8, 16)
 REGISTERS = 64
 A_BLOCK_WORDS = 9  # q6_K / q8_0 block_a_cache: 8 x int32 + f16 scale(s)
 B_BLOCK_WORDS = 9  # block_b_cache: 8 x int32 + f16vec2
@@ -103,8 +105,10 @@ def builtin_tiles(patch: Path = PATCH) -> dict[str, tuple[int, ...]]:
     return mali_tiles_from_patch(patch)
 
 
-def _tile(bs: int, wm: int, wn: int, wmiter: int, tm: int, tn: int, step: int) -> tuple[int, ...]:
-    bm, bn = SHAPE
+def _tile(
+    shape: tuple[int, int], bs: int, wm: int, wn: int, wmiter: int, tm: int, tn: int, step: int
+) -> tuple[int, ...]:
+    bm, bn = shape
     return (bs, bm, bn, MMQ_BK, wm, wn, wmiter, tm, tn, 1, WARP, step)
 
 
@@ -113,8 +117,8 @@ def _fits(family: str, tile: tuple[int, ...], limits: Limits) -> bool:
 
 
 def _name(tile_k: tuple[int, ...], tile_i: tuple[int, ...]) -> str:
-    bs, _, _, _, wm, wn, _, tm, tn, _, _, step = tile_k
-    return f"b{bs}-w{wm}x{wn}-t{tm}x{tn}-s{step}-i{tile_i[6]}"
+    bs, bm, bn, _, wm, wn, _, tm, tn, _, _, step = tile_k
+    return f"{bm}x{bn}-b{bs}-w{wm}x{wn}-t{tm}x{tn}-s{step}-i{tile_i[6]}"
 
 
 def candidates(
@@ -144,15 +148,15 @@ def candidates(
         )
 
     add(builtin["int"], builtin["int_k"], is_builtin=True)
-    for bs, wm, wn, (tm, tn), step in itertools.product(
-        BLOCK_SIZES, WARP_TILE_SIDES, WARP_TILE_SIDES, THREAD_TILES, BK_STEPS
+    for shape, bs, wm, wn, (tm, tn), step in itertools.product(
+        SHAPES, BLOCK_SIZES, WARP_TILE_SIDES, WARP_TILE_SIDES, THREAD_TILES, BK_STEPS
     ):
         if wm * wn // WARP not in ACCUMULATORS or max(wm, wn) > MAX_ASPECT * min(wm, wn):
             continue
-        tile_k = _tile(bs, wm, wn, 1, tm, tn, step)
+        tile_k = _tile(shape, bs, wm, wn, 1, tm, tn, step)
         if not _fits("int_k", tile_k, limits):
             continue
-        tile_i = _tile(bs, wm, wn, 2, tm, tn, step)
+        tile_i = _tile(shape, bs, wm, wn, 2, tm, tn, step)
         if not _fits("int", tile_i, limits):
             tile_i = tile_k
         add(tile_i, tile_k)

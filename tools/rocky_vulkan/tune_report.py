@@ -48,7 +48,7 @@ def tune_rows(
         name = c["name"] + (" (built-in)" if c["builtin"] else "")
         if c["name"] == tune["winner"]:
             name += " * chosen"
-        status = c["status"] if c["status"] == "ok" else f"{c['status']}: {c['reason']}"
+        status = f"{c['status']}: {c['reason']}" if c["reason"] else c["status"]
         rows.append((c["median_tps"], name, regs, spills, status, c["runs"]))
     rows.sort(key=lambda r: -(r[0] if r[0] is not None else -1.0))
     out = []

@@ -81,9 +81,28 @@ def read_progress(results_dir: str, digest: str) -> dict[str, Any] | None:
         return None  # unreadable progress is a fresh start, not a stuck tuner
     if not isinstance(doc, dict) or doc.get("schema") != PROGRESS_SCHEMA:
         return None
-    if doc.get("candidates_sha256") != digest:
+    if doc.get("candidates_sha256") != digest or not _progress_shape_ok(doc):
         return None
     return doc
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
+
+
+def _progress_shape_ok(doc: dict[str, Any]) -> bool:
+    """The fields the tuner reads, in their types (an edited or damaged file is a fresh start)."""
+    results, validation = doc.get("results"), doc.get("validation")
+    if not (isinstance(results, dict) and isinstance(validation, dict)):
+        return False
+    if not (_number(doc.get("elapsed_s")) and _number(doc.get("longest_run_s"))):
+        return False
+    for r in results.values():
+        if not isinstance(r, dict) or not isinstance(r.get("tps"), list):
+            return False
+        if not all(_number(t) for t in r["tps"]) or not isinstance(r.get("in_flight"), int):
+            return False
+    return all(isinstance(v, dict) and isinstance(v.get("ok"), bool) for v in validation.values())
 
 
 def write_progress(results_dir: str, doc: dict[str, Any]) -> None:

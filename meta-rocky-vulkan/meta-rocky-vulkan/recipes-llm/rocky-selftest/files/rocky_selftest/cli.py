@@ -226,8 +226,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _say(f"rocky-selftest tune: {err}")
         return EXIT_ERROR
     tune.record_in_result(s.results_dir, summary, _say)
-    if args.stamp:
-        write_atomic(args.stamp, f"{summary['winner'] or 'builtin'} {now()}\n".encode())
+    if args.stamp and summary["phase"] == "done":
+        try:
+            write_atomic(args.stamp, f"{summary['winner'] or 'builtin'} {now()}\n".encode())
+        except OSError as err:  # the next boot then looks again; the choice itself is saved
+            _say(f"rocky-selftest tune: cannot write the stamp {args.stamp}: {os_error_text(err)}")
     return 0
 
 

@@ -7,9 +7,11 @@ family, e.g.
 
 Families: mm (float mul_mm, 11 values), mmq (dequant mul_mm, 11), int (integer-dot mul_mmq, 12)
 and int_k (k-quant integer-dot mul_mmq, 12); values in the order of FIELDS, the 12th is BK_STEP.
-A family the spec leaves out keeps the built-in Mali tile. The rules below are the ones the
-shaders (mul_mm.comp, mul_mmq.comp at ggml f76511eb) assume, checked here so a spec this tool
-writes is one ggml-vulkan accepts. Standard library only: the board's tuner uses it too.
+A family the spec leaves out keeps the built-in Mali tile. The rules mirror the patch's R1-R13
+(docs/verification/llama-patch.md, "Runtime tile spec", from mul_mm.comp / mul_mmq.comp at ggml
+f76511eb), never looser: values up to 4096 (patch: 65535) and shared memory at fp32 sizes (the
+patch: fp16 sizes on fp16 devices). So a spec this tool writes is one ggml-vulkan accepts.
+Standard library only: the board's tuner uses it too.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ MAX_VALUE = 4096  # no tile constant is larger; keeps hostile numbers out of the
 MAX_SPEC_CHARS = 400
 _VALUE = r"[1-9][0-9]{0,3}"
 _FAMILY = re.compile(rf"(mm|mmq|int|int_k)=({_VALUE}(?:,{_VALUE}){{10,11}})", re.ASCII)
-# Worst-case bytes per shared-memory entry of mul_mmq.comp (mul_mmq_shmem_types.glsl) when the
-# device has no fp16 (FLOAT_TYPE float): block_a_cache of q8_0/q5_K/q6_K/iq4_nl is 8 x int32 + a
-# float or vec2 (<= 40), block_b_cache 8 x int32 + vec2 (40). With fp16 both are 36: 40 is safe.
-MMQ_A_BYTES = 40
+# Shared memory uses the fp32 sizes (FLOAT_TYPEV2 vec2 = 8 bytes, block_b_cache 40 bytes): the
+# patch counts 4 / 36 on fp16 devices like the G610, so these bounds are never looser than its.
+V2_BYTES = 8
 MMQ_B_BYTES = 40
-MM_TYPE_BYTES = 4  # mul_mm.comp stages FLOAT_TYPE: float without fp16
+MMQ_Q8_0_A_BYTES = 36  # block_a_cache of q8_0 / mxfp4 (the `int` family's largest)
+MMQ_LUT_BYTES = 12288  # iq1_s / iq1_m lookup table, as ggml_vk_matmul_shmem_support counts it
+MXFP4_KVALUES_BYTES = 16
 
 
 class SpecError(ValueError):
@@ -89,17 +92,22 @@ def format_spec(spec: dict[str, tuple[int, ...]]) -> str:
 
 
 def shared_bytes(family: str, values: tuple[int, ...]) -> int:
-    """Shared memory of the family's shader, from the shader's own declarations (worst case)."""
+    """Shared memory of the family's shader, its declared arrays (the patch's formulas, R13),
+    at fp32 sizes: the worst case."""
     v = dict(zip(FIELDS, values, strict=False))
-    if family in INTEGER_FAMILIES:
-        # shared block_a_cache buf_a[BM * BK_STEP]; shared block_b_cache buf_b[BN * BK_STEP];
-        return values[11] * (v["BM"] * MMQ_A_BYTES + v["BN"] * MMQ_B_BYTES)
-    # mul_mm.comp: buf_a[BM * SHMEM_STRIDE], buf_b[BN * SHMEM_STRIDE], stride BK + 1 (padding)
-    return (v["BM"] + v["BN"]) * (v["BK"] + 1) * MM_TYPE_BYTES
+    bm, bn, bk = v["BM"], v["BN"], v["BK"]
+    if family == "int":  # buf_a[BM * BK_STEP] (q8_0: 36 B), buf_b[BN * BK_STEP], kvalues_mxfp4
+        return values[11] * (bm * MMQ_Q8_0_A_BYTES + bn * MMQ_B_BYTES) + MXFP4_KVALUES_BYTES
+    if family == "int_k":  # q5_K / q6_K block_a_cache is as large as block_b_cache
+        return values[11] * (bm + bn) * MMQ_B_BYTES
+    if family == "mmq":  # SHMEM_STRIDE BK/2 + 1 vec2 at BK 32, plus the largest lookup table
+        return (bm + bn) * 17 * V2_BYTES + MMQ_LUT_BYTES
+    return (bm + bn) * max(17 * V2_BYTES, (bk // 2 + 1) * 8)  # mm: bf16 takes BK from the spec
 
 
 def tile_problems(family: str, values: tuple[int, ...], limits: Limits = G610) -> list[str]:
-    """Every rule one family's tile breaks, as 'family: rule' (empty when legal)."""
+    """Every rule one family's tile breaks, as 'family: <rule>' in the patch's words (its rules
+    R1-R13, docs/verification/llama-patch.md "Runtime tile spec"); empty when legal."""
     if family not in FAMILIES:
         return [f"{family}: unknown family"]
     if len(values) != FAMILIES[family] or any(
@@ -107,8 +115,8 @@ def tile_problems(family: str, values: tuple[int, ...], limits: Limits = G610) -
     ):
         return [f"{family}: needs {FAMILIES[family]} integers from 1 to {MAX_VALUE}"]
     v = dict(zip(FIELDS, values, strict=False))
-    bs, bm, bn, wm, wn, wmiter, tm, tn, warp = (
-        v[k] for k in ("BLOCK_SIZE", "BM", "BN", "WM", "WN", "WMITER", "TM", "TN", "WARP")
+    bs, bm, bn, bk, wm, wn, wmiter, tm, tn, warp = (
+        v[k] for k in ("BLOCK_SIZE", "BM", "BN", "BK", "WM", "WN", "WMITER", "TM", "TN", "WARP")
     )
     out: list[str] = []
 
@@ -116,53 +124,62 @@ def tile_problems(family: str, values: tuple[int, ...], limits: Limits = G610) -
         if not ok:
             out.append(f"{family}: {text}")
 
-    rule(bs <= limits.max_invocations, f"BLOCK_SIZE <= {limits.max_invocations}")
-    rule(bs % warp == 0, "BLOCK_SIZE % WARP == 0")
-    rule(bm % wm == 0 and bn % wn == 0, "BM % WM == 0 and BN % WN == 0")
+    rule(bs <= limits.max_invocations, "BLOCK_SIZE <= maxComputeWorkGroupInvocations")  # R1
+    rule(bs % warp == 0, "BLOCK_SIZE % WARP == 0")  # R2
+    rule(bm % wm == 0 and bn % wn == 0, "BM % WM == 0 && BN % WN == 0")  # R3
     if out:
-        return out
-    rule((bm // wm) * (bn // wn) == bs // warp, "(BM/WM)*(BN/WN) == BLOCK_SIZE/WARP")
-    # mul_mm*.comp: WNITER = WM*WN / (WARP*TM*TN*WMITER); WSUBM = WM/WMITER; WSUBN = WN/WNITER;
+        return out  # the rules below divide by these
+    rule((bm // wm) * (bn // wn) == bs // warp, "(BM/WM)*(BN/WN) == BLOCK_SIZE/WARP")  # R4
+    # The shaders: WNITER = WM*WN / (WARP*TM*TN*WMITER), WSUBM = WM/WMITER, WSUBN = WN/WNITER;
     # each thread of a warp owns a TM x TN piece of every WSUBM x WSUBN sub-tile.
+    rule(wm % wmiter == 0 and (wm // wmiter) % tm == 0, "WM % WMITER == 0 && (WM/WMITER) % TM == 0")
     per_warp = warp * tm * tn * wmiter
-    rule((wm * wn) % per_warp == 0, "WM*WN % (WARP*TM*TN*WMITER) == 0")
-    if not out:
-        wniter = wm * wn // per_warp
-        rule(wm % wmiter == 0 and (wm // wmiter) % tm == 0, "WM % WMITER, (WM/WMITER) % TM == 0")
-        rule(wn % wniter == 0 and (wn // wniter) % tn == 0, "WN % WNITER, (WN/WNITER) % TN == 0")
-    rule(v["TK"] == 1, "TK == 1 (only coopmat uses TK)")
-    if family in INTEGER_FAMILIES:
-        rule(v["BK"] == MMQ_BK, f"BK == {MMQ_BK} (mul_mmq.comp fixes BK)")
+    rule((wm * wn) % per_warp == 0, "(WM*WN) % (WARP*TM*TN*WMITER) == 0")  # R6
+    wniter = wm * wn // per_warp
+    if wniter >= 1:
+        rule(
+            wn % wniter == 0 and (wn // wniter) % tn == 0,
+            "WN % WNITER == 0 && (WN/WNITER) % TN == 0",
+        )
+    rule(v["TK"] == 1, "TK == 1")  # R8
+    if family in ("mm", "mmq"):
+        rule(tm % 2 == 0, "TM % 2 == 0")  # R9
+    if family == "mm":
+        rule(bk % 4 == 0 and 128 % bk == 0, "BK % 4 == 0 && 128 % BK == 0")  # R10
     else:
-        rule(v["BK"] % 4 == 0 and v["BK"] <= 64, "BK % 4 == 0 and BK <= 64")
+        rule(bk == MMQ_BK, "BK == 32")  # R10: mul_mmq.comp `#define BK 32`, quants in mul_mm
+    if family in ("mm", "mmq"):  # R11: load passes of BLOCK_SIZE/4 rows, no row bound
+        pass_rows = bs // 4
+        rule(
+            bs % 16 == 0 and bm % pass_rows == 0 and bn % pass_rows == 0,
+            "BLOCK_SIZE % 16 == 0 && BM % (BLOCK_SIZE/4) == 0 && BN % (BLOCK_SIZE/4) == 0",
+        )
+    if family == "mm":  # R11b: bf16 loads BK-wide rows, 2 or 4 values per thread
+        ok = all(
+            r > 0 and bs % r == 0 and bm % (bs // r) == 0 and bn % (bs // r) == 0
+            for r in (bk // 2, bk // 4)
+        )
+        rule(ok, "BLOCK_SIZE % r == 0 && BM % (BLOCK_SIZE/r) == 0 && BN % (BLOCK_SIZE/r) == 0")
+    if family in INTEGER_FAMILIES:
+        rule(bs % 8 == 0, "BLOCK_SIZE % 8 == 0")  # R12
     shared = shared_bytes(family, values)
-    rule(
-        shared <= limits.max_shared_bytes,
-        f"shared memory {shared} B <= {limits.max_shared_bytes} B",
-    )
+    rule(shared <= limits.max_shared_bytes, "shared memory <= maxComputeSharedMemorySize")  # R13
     return out
 
 
 def spec_problems(
     spec: dict[str, tuple[int, ...]],
-    builtin: dict[str, tuple[int, ...]],
+    builtin: dict[str, tuple[int, ...]] | None = None,
     limits: Limits = G610,
 ) -> list[str]:
-    """Every rule the spec breaks, with the families it leaves out at their built-in tiles.
-
-    wg_denoms: ggml sets l_mmq_wg_denoms = l_wg_denoms once for all four large tiles, and the
-    dispatch divides M and N by them, so every large tile must share one BM and one BN."""
-    out = [p for fam, values in spec.items() for p in tile_problems(fam, values, limits)]
-    merged = {**builtin, **spec}
-    shapes = {fam: (vals[1], vals[2]) for fam, vals in merged.items()}
-    if len(set(shapes.values())) > 1:
-        named = ", ".join(f"{f} {bm}x{bn}" for f, (bm, bn) in shapes.items())
-        out.append(f"wg_denoms: every large tile needs the same BM x BN ({named})")
-    return out
+    """Every rule the spec breaks. The families need not agree on BM x BN: each large pipeline
+    takes its wg_denoms from its own tile (the patch). `builtin` is accepted for callers that
+    check a spec beside the built-in tiles; no rule needs it."""
+    return [p for fam, values in spec.items() for p in tile_problems(fam, values, limits)]
 
 
 def check_spec(
-    text: str, builtin: dict[str, tuple[int, ...]], limits: Limits = G610
+    text: str, builtin: dict[str, tuple[int, ...]] | None = None, limits: Limits = G610
 ) -> dict[str, tuple[int, ...]]:
     """parse_spec + spec_problems: the spec, or SpecError listing every broken rule."""
     spec = parse_spec(text)

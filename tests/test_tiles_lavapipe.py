@@ -1,0 +1,54 @@
+"""A handful of the shipped tile candidates give correct large int-dot matmuls on lavapipe.
+
+Slow, needs ROCKY_LLAMA_BIN_DIR with a spec-capable test-backend-ops (see test_llama_intdot.py
+for the lavapipe hooks). Each candidate runs the L-tile cases of intdot_cases (all 11
+matmul_*_q8_1_l pipelines) with GGML_VK_MALI_WARPTILE=<spec>; ggml-vulkan's info line must name
+the spec, so a spec it silently refused cannot pass as the built-in tiles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from rocky_vulkan import intdot_cases, tiles_prune
+
+from .test_llama_intdot import SEEN, _tbo
+
+ALL = os.environ.get("ROCKY_TILES_ALL") == "1"
+
+
+def _handful() -> list[dict]:
+    """Kept candidates of each shape and thread count, the built-in left out (test_llama_intdot
+    covers it): the first of each (BM, BN, BLOCK_SIZE) with BK_STEP 4, the largest shared use.
+    ROCKY_TILES_ALL=1: every kept candidate (about 40 s each on lavapipe)."""
+    doc = json.loads(tiles_prune.DATA_PATH.read_text())
+    picked: dict[tuple[int, ...], dict] = {}
+    for c in doc["candidates"]:
+        k = c["tiles"]["int_k"]
+        if c["kept"] and not c["builtin"] and (k[11] == 4 or ALL):
+            picked.setdefault((k[1], k[2], k[0]) if not ALL else (len(picked),), c)
+    return list(picked.values())
+
+
+@pytest.mark.skipif(ALL, reason="ROCKY_TILES_ALL=1 takes every candidate")
+def test_the_handful_spans_the_shapes():
+    shapes = {(c["tiles"]["int_k"][1], c["tiles"]["int_k"][2]) for c in _handful()}
+    assert shapes == {(64, 64), (128, 64), (64, 128)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cand", _handful(), ids=lambda c: c["name"])
+def test_candidate_passes_the_large_int_dot_cases(tmp_path, cand):
+    env = {
+        "GGML_VK_MALI_WARPTILE": cand["spec"],
+        "GGML_VK_TEST_INT_DOT_UNACCELERATED": "1",
+        "GGML_VK_PIPELINE_STATS": "_q8_1_l",
+    }
+    out = _tbo(tmp_path, env, intdot_cases.case_lines())
+    if "ignoring GGML_VK_MALI_WARPTILE" in out:
+        pytest.skip("this test-backend-ops predates GGML_VK_MALI_WARPTILE=<spec>")
+    assert f"(spec: {cand['spec']})" in out, out[:3000]
+    assert "spec rejected" not in out
+    assert sorted(set(SEEN.findall(out))) == sorted(intdot_cases.pipelines())
