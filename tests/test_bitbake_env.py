@@ -147,9 +147,9 @@ def test_model_is_fetched_at_a_pinned_revision_by_sha256(dumps, machine):
     # resolve/<40-hex revision>/, not a branch: the sha256 below cannot drift with the repo.
     assert re.search(r"/resolve/[0-9a-f]{40}/", src[0]), src[0]
     assert "file://MODEL-LICENSE" in src
-    # `bitbake -e` prints no flag values, only in the history: "set <file>:<line> [sha256sum]"
-    # followed by the value set.
-    flag = re.search(r'^#   set (\S+):\d+ \[sha256sum\]\n#     "([0-9a-f]+)"$', env, re.M)
+    # `bitbake -e` prints flags only in the history: "#   set <file>:<line>" followed by
+    # '#     [sha256sum] "<value>"'.
+    flag = re.search(r'^#   set (\S+):\d+\n#     \[sha256sum\] "([0-9a-f]+)"$', env, re.M)
     assert flag, "no SRC_URI[sha256sum] in the history"
     assert flag.group(1).endswith("/rocky-model_1.0.bb") and flag.group(2) == CFG.model.sha256
     assert variable(env, "LICENSE_FLAGS")[0] == render_mod.MODEL_LICENSE_FLAG

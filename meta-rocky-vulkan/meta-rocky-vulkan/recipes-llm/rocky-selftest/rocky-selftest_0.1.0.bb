@@ -77,6 +77,10 @@ do_install() {
 # rocky-selftest.
 CONFFILES:${PN} = "${sysconfdir}/rocky-selftest/config.json"
 
+# It needs the model, which LICENSE_FLAGS skips until its licence is accepted: skip with it, or
+# `bitbake world` (yocto-check-layer's test_world) fails on "Nothing RPROVIDES 'rocky-model'".
+SKIP_RECIPE[rocky-selftest] = "${@'' if bb.utils.contains_any('LICENSE_FLAGS_ACCEPTED', 'qwen-research qwen-research_rocky-model', True, False, d) else 'it needs rocky-model, whose licence is not accepted: read its terms, then add qwen-research to LICENSE_FLAGS_ACCEPTED'}"
+
 # Standard library only: python3-core/crypt/io/json are the OE packages its imports live in.
 RDEPENDS:${PN} = "\
     llama-cpp \
