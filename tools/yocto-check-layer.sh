@@ -2,10 +2,12 @@
 # yocto-check-layer on the three committed layers, offline, in a fresh build dir (the tool skips
 # a layer already in BBLAYERS), with the pinned upstream layers as dependencies.
 #
-#   tools/yocto-check-layer.sh MIRRORS OUT
+#   tools/yocto-check-layer.sh MIRRORS OUT [LAYER...]
 #
 # MIRRORS and OUT as for tools/bitbake-env.sh (run that first: it checks the upstream repos out
-# under OUT/work). Writes OUT/yocto-check-layer.log; exit status is yocto-check-layer's.
+# under OUT/work). LAYER: names under meta-rocky-vulkan/ (default: all three), to recheck one
+# layer after a change to it alone. Writes OUT/yocto-check-layer.log; exit status is
+# yocto-check-layer's. The upstream layers are dependencies, not tested (--no-auto-dependency).
 # About 30+ minutes per layer on 2 cores. Run as a normal user, kas 5.5 on PATH.
 set -euo pipefail
 
@@ -20,14 +22,14 @@ if [ "${1:-}" = --inner ]; then
     . ./oe-init-build-env "$work/ycl-build" > /dev/null
     printf 'BB_NO_NETWORK = "1"\nCONNECTIVITY_CHECK_URIS = ""\n' >> conf/local.conf
     # shellcheck disable=SC2086
-    exec yocto-check-layer -o "$out/yocto-check-layer.log" \
+    exec yocto-check-layer -o "$out/yocto-check-layer.log" --no-auto-dependency \
         --dependency "$work/meta-arm/meta-arm" "$work/meta-arm/meta-arm-toolchain" \
                      "$work/meta-rockchip" "$work/openembedded-core/meta" "$work/meta-yocto/meta-poky" \
         --machines $machines -- "$@"
 fi
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 MIRRORS OUT" >&2
+if [ $# -lt 2 ]; then
+    echo "usage: $0 MIRRORS OUT [LAYER...]" >&2
     exit 2
 fi
 mirrors=$(realpath "$1")
@@ -36,8 +38,16 @@ work="$out/work"
 root=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
 cd "$root"
 mapfile -t machines < <(grep -l '^machine:' kas/*.yml | xargs -n1 basename | sed 's/\.yml$//')
-layers=("$root"/meta-rocky-vulkan/meta-rocky-vulkan-bsp "$root"/meta-rocky-vulkan/meta-rocky-vulkan-distro
-        "$root"/meta-rocky-vulkan/meta-rocky-vulkan)
+names=("${@:3}")
+[ ${#names[@]} -gt 0 ] || names=(meta-rocky-vulkan-bsp meta-rocky-vulkan-distro meta-rocky-vulkan)
+layers=()
+for name in "${names[@]}"; do
+    [ -f "$root/meta-rocky-vulkan/$name/conf/layer.conf" ] || {
+        echo "$name: no such layer under meta-rocky-vulkan/ (see its conf/layer.conf)" >&2
+        exit 2
+    }
+    layers+=("$root/meta-rocky-vulkan/$name")
+done
 
 export KAS_PREMIRRORS="https://git.openembedded.org/bitbake file://$mirrors/bitbake
 https://git.openembedded.org/openembedded-core file://$mirrors/openembedded-core
