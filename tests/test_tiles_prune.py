@@ -129,3 +129,28 @@ def test_candidates_command_lists_the_space(fmt):
         assert len(json.loads(done.stdout)) == n
     else:
         assert f"{n} candidates" in done.stdout and BUILTIN.spec in done.stdout
+
+
+def _prune_panvk(tmp_path, root) -> tuple[int, str]:
+    from rocky_vulkan.cli import main
+
+    argv = ["tiles", "prune", "--panvk-root", str(root), "--model", "/work/model/m.gguf"]
+    argv += ["--llama-bench", "/work/llama-x/bin/llama-bench", "--logs", str(tmp_path / "logs")]
+    argv += ["--out", str(tmp_path / "out.json")]
+    return main(argv)
+
+
+def test_prune_in_a_panvk_root_without_a_driver_bundle_says_to_run_sim_prove(tmp_path, capsys):
+    assert _prune_panvk(tmp_path, tmp_path / "root") != 0
+    err = capsys.readouterr().err
+    assert "no driver bundle 'patched'" in err and "sim prove" in err
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_prune_in_a_panvk_root_needs_the_bench_and_model_inside_it(tmp_path, capsys):
+    root = tmp_path / "root"
+    (root / "work/drivers/patched").mkdir(parents=True)
+    (root / "work/drivers/patched/panfrost_icd.json").write_text("{}")
+    assert _prune_panvk(tmp_path, root) != 0
+    assert "/work/llama-x/bin/llama-bench: not in" in capsys.readouterr().err
+    assert not (tmp_path / "out.json").exists()

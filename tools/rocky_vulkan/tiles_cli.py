@@ -36,14 +36,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=tiles_prune.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--sim-root", type=Path, required=True, help="the sim root (sim setup)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--sim-root", type=Path, help="the qemu-user sim root (sim setup)")
+    where.add_argument(
+        "--panvk-root",
+        type=Path,
+        help="the native root of `sim prove` ($ROCKY_CACHE/mesa/root-sid): amd64 panvk + drm-shim",
+    )
     p.add_argument(
         "--llama-bench",
         required=True,
-        help="a spec-capable llama-bench inside the root (/opt/rocky/llama-NAME/bin/llama-bench)",
+        help="a spec-capable llama-bench inside the root (/opt/rocky/llama-NAME/bin/llama-bench, "
+        "or /work/llama-b9101-mali/bin/llama-bench in a --panvk-root)",
     )
-    p.add_argument("--model", type=Path, required=True, help="a GGUF file on the host (Q4_K_M)")
-    p.add_argument("--driver", default="stock", help="panvk to use (see `sim run --help`)")
+    p.add_argument(
+        "--model",
+        type=Path,
+        required=True,
+        help="a Q4_K_M GGUF: a host file for --sim-root, a path inside the root for --panvk-root",
+    )
+    p.add_argument(
+        "--driver",
+        default=None,
+        help="panvk to use: `sim run --help` for --sim-root (default stock), a driver bundle of "
+        "`sim prove` for --panvk-root (default patched)",
+    )
     p.add_argument("--max-spills", type=int, default=0, help="spills allowed (default: 0)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per candidate")
     p.add_argument("--logs", type=Path, required=True, help="folder for each candidate's log")
@@ -70,6 +87,53 @@ def _candidates(args: argparse.Namespace) -> int:
     return 0
 
 
+def _panvk_runner(args: argparse.Namespace):
+    """spec -> (exit status, stderr) of llama-bench -v in the native root of `sim prove`."""
+    import os
+    import signal
+    import subprocess
+
+    from .selftest.tune_spec import ENV_VAR
+    from .sim.prove import SCRIPT
+    from .sim.sweep import bench_argv
+
+    root = args.panvk_root.resolve()
+    driver = args.driver or "patched"
+    if not (root / "work/drivers" / driver / "panfrost_icd.json").is_file():
+        raise UserError(
+            f"--panvk-root {root}: no driver bundle {driver!r} under work/drivers; "
+            "run `rocky-vulkan sim prove` first (it builds stock and patched)"
+        )
+    for inside in (args.llama_bench, str(args.model)):
+        if not (root / inside.lstrip("/")).is_file():
+            raise UserError(f"{inside}: not in {root}; give a path inside the root")
+    args.logs.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, MESA_ROOT=str(root))
+    counter = iter(range(1, 10_000))
+
+    def run(spec: str) -> tuple[int, str]:
+        cmd = ["bash", str(SCRIPT), "run", "--driver", driver, "--", "env"]
+        cmd += [f"{ENV_VAR}={spec}", f"GGML_VK_PIPELINE_STATS={tiles_prune.STATS_FILTER}"]
+        cmd += [args.llama_bench, *bench_argv(str(args.model), 512, 512, 1), "-v"]
+        # Its own process group: a timeout kills llama-bench in the chroot, not only bash.
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            stderr = proc.communicate(timeout=args.timeout)[1]
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stderr = f"{proc.communicate()[1]}\ntimed out after {args.timeout:.0f} s\n"
+            code = 124
+        n = next(counter)
+        (args.logs / f"{n:02d}.stderr").write_text(f"# {spec}\n{stderr}")
+        return code, stderr
+
+    return run, driver
+
+
 def _sim_runner(args: argparse.Namespace):
     """spec -> (exit status, stderr) of llama-bench -v in the sim root, logs kept per spec."""
     from .selftest.tune_spec import ENV_VAR
@@ -82,7 +146,7 @@ def _sim_runner(args: argparse.Namespace):
     model = args.model.resolve()
     if not model.is_file():
         raise UserError(f"--model {model}: not a file; pass the GGUF the board runs")
-    driver = resolve_driver(root, args.driver)
+    driver = resolve_driver(root, args.driver or "stock")
     args.logs.mkdir(parents=True, exist_ok=True)
     counter = iter(range(1, 10_000))
 
@@ -113,13 +177,18 @@ def _prune(args: argparse.Namespace) -> int:
                 f"--only: no candidates named {sorted(unknown)}; see `tiles candidates`"
             )
         cands = [c for c in cands if c.name in wanted or c.builtin]
-    run, driver = _sim_runner(args)
+    if args.panvk_root:
+        run, driver_name = _panvk_runner(args)
+    else:
+        run, driver = _sim_runner(args)
+        driver_name = driver.name
     records = tiles_prune.prune(cands, run, args.max_spills)
     provenance = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "llama_bench": args.llama_bench,
         "model": args.model.name,
-        "driver": driver.name,
+        "driver": driver_name,
+        "root": "sim prove (native panvk + drm-shim)" if args.panvk_root else "sim setup (qemu)",
         "max_spills": args.max_spills,
     }
     doc = tiles_prune.document(cands, builtin, records, provenance)
