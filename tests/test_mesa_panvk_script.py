@@ -90,3 +90,30 @@ def test_root_installs_what_the_llama_build_needs() -> None:
     pkgs = [w.strip('"') for w in text[text.index("BUILD_PKGS=") : text.index("SIM_PKGS=")].split()]
     for name in ("cmake", "glslc", "spirv-headers"):
         assert name in pkgs
+
+
+TUNE = SCRIPT.with_name("sim-tune.sh")
+
+
+def _tune(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "MESA_ROOT": str(tmp_path / "no-root")}
+    return subprocess.run(
+        ["bash", str(TUNE), *args], capture_output=True, text=True, env=env, timeout=30
+    )
+
+
+def test_sim_tune_usage_without_an_output_folder(tmp_path: Path) -> None:
+    out = _tune(tmp_path)
+    assert out.returncode == 2 and "sim-tune.sh OUT" in out.stderr
+
+
+def test_sim_tune_refuses_a_budget_that_is_not_seconds(tmp_path: Path) -> None:
+    out = _tune(tmp_path, str(tmp_path / "out"), "--budget", "1; rm -rf /")
+    assert out.returncode == 2 and "--budget takes seconds" in out.stderr
+
+
+def test_sim_tune_without_a_prove_root_says_to_run_sim_prove(tmp_path: Path) -> None:
+    out = _tune(tmp_path, str(tmp_path / "out"))
+    assert out.returncode == 1
+    assert "no-root/work/llama-src-b9101" in out.stderr and "sim prove" in out.stderr
+    assert not (tmp_path / "out").exists()
