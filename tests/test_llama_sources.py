@@ -21,6 +21,7 @@ from rocky_vulkan.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 PATCH = REPO / "patches" / "llama.cpp-mali-mmq-warptile.patch"
+FLUSH_PATCH = REPO / "patches" / "llama.cpp-perplexity-flush-log.patch"
 
 
 def test_git_blob_equals_git_hash_object(tmp_path):
@@ -140,6 +141,21 @@ def test_pypi_gives_the_exact_pin_patched_with_hooks_only_when_asked(tmp_path, c
     # A hook whose text is gone (here: applied twice) is refused, not skipped.
     with pytest.raises(UserError, match="test hook not applicable"):
         ls.apply_lavapipe_hooks(hooked)
+
+
+@pytest.mark.slow
+def test_the_perplexity_patch_applies_to_the_tree_sdist_and_the_banner_says_so(tmp_path, capsys):
+    # tools/ has no pinned blob here: the patch's own pre-image blob is what is checked.
+    tree = ls.prepare(
+        tmp_path / "check", patches=[PATCH, FLUSH_PATCH], cache=_sdist_cache(), check_only=True
+    )
+    out = capsys.readouterr().out
+    rel = "tools/perplexity/perplexity.cpp"
+    assert f"pre-image blob = the patch's): {rel}" in out
+    assert "common_log_flush(common_log_main());" in (tree / rel).read_text()
+    post = {f.path: f.post for f in ls.parse_patch(FLUSH_PATCH)}
+    assert ls.git_blob((tree / rel).read_bytes()).startswith(post[rel])
+    assert json.loads((tree / ls.STAMP).read_text())["outside_ggml_vulkan"] == [rel]
 
 
 @pytest.fixture(scope="module")

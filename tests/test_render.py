@@ -55,10 +55,10 @@ def test_patches_listed_in_config_are_copied_and_wired(project):
     patch.parent.mkdir(exist_ok=True)
     patch.write_bytes(b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n")
     path = project / "rocky-vulkan.yaml"
-    text = path.read_text().replace(
-        "patches: [llama.cpp-mali-mmq-warptile.patch]", "patches: [0001-test.patch]"
-    )
-    path.write_text(text)
+    text = path.read_text()
+    product = "patches: [llama.cpp-mali-mmq-warptile.patch, llama.cpp-perplexity-flush-log.patch]"
+    assert product in text
+    path.write_text(text.replace(product, "patches: [0001-test.patch]"))
     files = render_mod.render_files(load_config(path))
     assert files[
         "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/llama-cpp/files/0001-test.patch"

@@ -43,8 +43,16 @@ def test_rows_fastest_first_with_the_reference_in_place(tmp_path):
     # the built-in (candidate 0, 27 t/s) is chosen: the faster two failed the KLD check (no
     # llama-perplexity here)
     assert names[ref_at + 1] == "builtin (built-in) * chosen"
-    # unpruned list: the register count is the estimate, spills unknown
-    assert rows[0][3].endswith("(est.)") and rows[0][4] == "not pruned"
+    # the shipped list is pruned: registers and spills/fills as measured on the simulated G610
+    sims = sim_by_spec()
+    top = sims[next(c["spec"] for c in tune["candidates"] if rows[0][0].startswith(c["name"]))]
+    pipes = top["sim"]["pipelines"].values()
+    assert rows[0][3] == str(max(p["registers"] for p in pipes))
+    assert rows[0][4] == f"{sum(p['spills'] for p in pipes)}/{sum(p['fills'] for p in pipes)}"
+    # an unpruned list: the register count is the estimate, spills unknown
+    bare = {spec: {k: v for k, v in e.items() if k != "sim"} for spec, e in sims.items()}
+    est = tune_rows(tune, REF, bare)
+    assert est[0][3].endswith("(est.)") and est[0][4] == "not pruned"
     assert all(r[2] == "3" for r in rows[:2])  # the top 3 were repeated
 
 

@@ -265,6 +265,10 @@ def banner(stamp: dict) -> str:
         f"#   verified {stamp['verified_files']}/{len(blob_table())} ggml-vulkan files by blob id",
     ]
     rows += [f"#   patch:   {name}" for name in stamp["patches"]]
+    rows += [
+        f"#   also patched, from the tree sdist (pre-image blob = the patch's): {rel}"
+        for rel in stamp.get("outside_ggml_vulkan", [])
+    ]
     rows += [f"#   TEST-ONLY hook (not in the product): {why}" for why in stamp["test_hooks"]]
     return "\n".join([*rows, line])
 
@@ -290,11 +294,9 @@ def prepare(
     patches = [Path(p) for p in patches]
     table = blob_table()
     touched = sorted({fp.path for p in patches for fp in parse_patch(p)})
-    unknown = [p for p in touched if p not in table]
-    if unknown:
-        raise UserError(
-            f"patches touch files without a pinned blob (outside ggml-vulkan?): {unknown}"
-        )
+    # Files outside ggml-vulkan (tools/perplexity/...) have no pinned blob here: they come from the
+    # tree sdist, and apply_patches checks that each is the exact pre-image the patch names.
+    outside = [p for p in touched if p not in table]
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
@@ -304,7 +306,12 @@ def prepare(
         tree_sdist = fetch_sdist(*TREE_SDIST, cache)
         prefix = f"{TREE_SDIST[0].replace('-', '_')}-{TREE_SDIST[1]}/llama.cpp/"
         _extract_prefix(tree_sdist, prefix, tmp, only=set(touched) if check_only else None)
-        wanted = touched if check_only else sorted(table)
+        wanted = [p for p in touched if p in table] if check_only else sorted(table)
+        absent = [p for p in outside if not (tmp / p).is_file()]
+        if absent:
+            raise UserError(
+                f"patches touch files that are not in {TREE_SDIST[0]}=={TREE_SDIST[1]}: {absent}"
+            )
         missing = [p for p in wanted if not (tmp / p).is_file()]
         if ggml_git is not None and not check_only:
             origin = f"ggml git {ggml_git}"
@@ -343,6 +350,7 @@ def prepare(
             "shaders": origin,
             "check_only": check_only,
             "verified_files": len(wanted),
+            "outside_ggml_vulkan": outside,
             "patches": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in patches},
             "test_hooks": hooks,
             "source_key": source_key(patches, lavapipe_hooks=lavapipe_hooks),

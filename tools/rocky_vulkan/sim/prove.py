@@ -35,7 +35,11 @@ from .stats import parse_stats
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "tools/scripts/mesa-panvk-build.sh"
 MESA_PATCH = REPO / "patches/mesa-panvk-shared-tls-wls.patch"
-LLAMA_PATCH = REPO / "patches/llama.cpp-mali-mmq-warptile.patch"
+# The product's llama.cpp patches, in the recipe's order (rocky-vulkan.yaml llama_cpp.patches).
+LLAMA_PATCHES = [
+    REPO / "patches/llama.cpp-mali-mmq-warptile.patch",
+    REPO / "patches/llama.cpp-perplexity-flush-log.patch",
+]
 INSTRUMENTATION = REPO / "tools/scripts/mesa-panvk-privva-instrumentation.patch"
 SHIM_32G = REPO / "tools/scripts/mesa-drm-shim-32g.patch"
 # The Mesa tree the patch was verified on: 26.2.0-rc1 as imported in GitHub leegao/mesa-26.2.
@@ -376,12 +380,12 @@ class Prove:
         dest = self.host(LLAMA_SRC)
         stamp = dest / STAMP
         if stamp.is_file() and json.loads(stamp.read_text()).get("source_key") == source_key(
-            [LLAMA_PATCH]
+            LLAMA_PATCHES
         ):
             return "cached"
         prepare(
             dest,
-            patches=[LLAMA_PATCH],
+            patches=LLAMA_PATCHES,
             cache=self.args.cache / "pypi",
             ggml_git=self.args.ggml_git,
             force=True,

@@ -19,6 +19,7 @@ PV = "0.0.9101+git"
 SRC_URI = "git://github.com/ggml-org/llama.cpp.git;protocol=https;branch=master \
            file://host-toolchain.cmake.in \
            file://llama.cpp-mali-mmq-warptile.patch \
+           file://llama.cpp-perplexity-flush-log.patch \
            "
 SRCREV = "389ff61d77b5c71cec0cf92fe4e5d01ace80b797"
 
