@@ -44,7 +44,9 @@ def test_cases_are_well_formed_and_reach_the_large_tile():
     assert len(set(intdot_cases.pipelines())) == 11
 
 
-def _tbo(tmp_path: Path, env: dict[str, str], cases: list[str]) -> str:
+def _tbo(tmp_path: Path, env: dict[str, str | None], cases: list[str]) -> str:
+    """Run test-backend-ops on the given --test-file cases; every case must run and pass.
+    `env` values of None leave the variable unset (inherited tile settings are always cleared)."""
     if not BIN:
         pytest.skip("ROCKY_LLAMA_BIN_DIR unset: build llama.cpp with .ci/llama.sh")
     tbo = Path(BIN) / "test-backend-ops"
@@ -58,13 +60,11 @@ def _tbo(tmp_path: Path, env: dict[str, str], cases: list[str]) -> str:
     # MALLOC_PERTURB_=255 makes glibc hand out zeroed memory (lavapipe's device memory included);
     # the sentinels' overflow check (CPU vs Vulkan bytes equal) is unchanged.
     full = dict(
-        os.environ,
-        GGML_NO_BACKTRACE="1",
-        GGML_VK_VISIBLE_DEVICES=DEVICE,
-        MALLOC_PERTURB_="255",
-        **env,
+        os.environ, GGML_NO_BACKTRACE="1", GGML_VK_VISIBLE_DEVICES=DEVICE, MALLOC_PERTURB_="255"
     )
-    full.pop("GGML_VK_DISABLE_INTEGER_DOT_PRODUCT", None)
+    for key in ("GGML_VK_MALI_WARPTILE", "GGML_VK_DISABLE_INTEGER_DOT_PRODUCT"):
+        full.pop(key, None)
+    full.update({key: value for key, value in env.items() if value is not None})
     cmd = [str(tbo), "-b", "Vulkan0", "--test-file", str(path)]
     proc = subprocess.run(cmd, env=full, capture_output=True, timeout=1800)
     out = (proc.stdout + proc.stderr).decode(errors="replace")

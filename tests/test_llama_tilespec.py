@@ -9,16 +9,13 @@ rejection and the built-in Mali tiles.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
 from rocky_vulkan import intdot_cases
 
-BIN = os.environ.get("ROCKY_LLAMA_BIN_DIR")
-DEVICE = os.environ.get("ROCKY_VK_DEVICE", "0")
+from .test_llama_intdot import _tbo
+
 MALI_LINE = "ggml_vulkan: using Mali matmul warptiles (GGML_VK_MALI_WARPTILE=0 to disable)"
 STOCK_LINE = "using stock matmul warptiles"
 REJECTED = "ggml_vulkan: GGML_VK_MALI_WARPTILE spec rejected: "
@@ -101,37 +98,6 @@ BAD = [
     # a valid family before a broken one: all or nothing
     ("int=" + VALID["int"] + ";int_k=256,64,64,32,16,16,2,2,2,1,32,2", "int_k: (BM/WM)*(BN/WN)"),
 ]
-
-
-def _tbo(tmp_path: Path, env: dict[str, str | None], cases: list[str]) -> str:
-    """Run test-backend-ops on the given --test-file cases; every case must run and pass."""
-    if not BIN:
-        pytest.skip("ROCKY_LLAMA_BIN_DIR unset: build llama.cpp with .ci/llama.sh")
-    tbo = Path(BIN) / "test-backend-ops"
-    if not tbo.is_file():
-        pytest.skip(f"{tbo} missing")
-    path = tmp_path / "l.cases"
-    path.write_text("\n".join(cases) + "\n")
-    full = dict(os.environ, GGML_NO_BACKTRACE="1", GGML_VK_VISIBLE_DEVICES=DEVICE)
-    # MALLOC_PERTURB_: test-backend-ops b9101 leaves the sentinels of --test-file cases
-    # uninitialized (see tests/test_llama_intdot.py).
-    full["MALLOC_PERTURB_"] = "255"
-    for key in ("GGML_VK_MALI_WARPTILE", "GGML_VK_DISABLE_INTEGER_DOT_PRODUCT"):
-        full.pop(key, None)
-    for key, value in env.items():
-        if value is not None:
-            full[key] = value
-    cmd = [str(tbo), "-b", "Vulkan0", "--test-file", str(path)]
-    proc = subprocess.run(cmd, env=full, capture_output=True, timeout=1800)
-    out = (proc.stdout + proc.stderr).decode(errors="replace")
-    m = re.search(r"(\d+)/(\d+) tests passed", out)
-    assert m, "no test count: the Vulkan device was skipped?\n" + out[-2000:]
-    results = [ln for ln in out.splitlines() if "MUL_MAT(" in ln and ("OK" in ln or "FAIL" in ln)]
-    assert len(results) == len(cases) and m.group(2) == str(len(cases)), out[-3000:]
-    bad = [ln for ln in results if "FAIL" in ln]
-    assert not bad, "\n".join(bad)
-    assert m.group(1) == m.group(2) and proc.returncode == 0, out[-3000:]
-    return out
 
 
 def _float_cases() -> list[str]:
