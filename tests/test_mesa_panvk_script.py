@@ -12,10 +12,10 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "scripts" / "mesa-panvk-build.sh"
 
 
-def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, *args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "MESA_ROOT": str(tmp_path / "no-root")}
     return subprocess.run(
-        ["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=30
+        ["bash", str(script), *args], capture_output=True, text=True, env=env, timeout=30
     )
 
 
@@ -96,10 +96,7 @@ TUNE = SCRIPT.with_name("sim-tune.sh")
 
 
 def _tune(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "MESA_ROOT": str(tmp_path / "no-root")}
-    return subprocess.run(
-        ["bash", str(TUNE), *args], capture_output=True, text=True, env=env, timeout=30
-    )
+    return _run(tmp_path, *args, script=TUNE)
 
 
 def test_sim_tune_usage_without_an_output_folder(tmp_path: Path) -> None:
