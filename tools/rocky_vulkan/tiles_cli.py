@@ -89,10 +89,7 @@ def _candidates(args: argparse.Namespace) -> int:
 
 def _panvk_runner(args: argparse.Namespace):
     """spec -> (exit status, stderr) of llama-bench -v in the native root of `sim prove`."""
-    import os
-    import signal
-    import subprocess
-
+    from .selftest.runner import run_tool
     from .selftest.tune_spec import ENV_VAR
     from .sim.prove import SCRIPT
     from .sim.sweep import bench_argv
@@ -108,25 +105,17 @@ def _panvk_runner(args: argparse.Namespace):
         if not (root / inside.lstrip("/")).is_file():
             raise UserError(f"{inside}: not in {root}; give a path inside the root")
     args.logs.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, MESA_ROOT=str(root))
     counter = iter(range(1, 10_000))
 
     def run(spec: str) -> tuple[int, str]:
         cmd = ["bash", str(SCRIPT), "run", "--driver", driver, "--", "env"]
         cmd += [f"{ENV_VAR}={spec}", f"GGML_VK_PIPELINE_STATS={tiles_prune.STATS_FILTER}"]
         cmd += [args.llama_bench, *bench_argv(str(args.model), 512, 512, 1), "-v"]
-        # Its own process group: a timeout kills llama-bench in the chroot, not only bash.
-        proc = subprocess.Popen(
-            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            start_new_session=True,
-        )  # fmt: skip
-        try:
-            stderr = proc.communicate(timeout=args.timeout)[1]
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            stderr = f"{proc.communicate()[1]}\ntimed out after {args.timeout:.0f} s\n"
-            code = 124
+        # run_tool kills the whole process group on timeout: llama-bench in the chroot too.
+        res = run_tool(cmd, {"MESA_ROOT": str(root)}, args.timeout)
+        stderr, code = res.stderr, res.returncode
+        if res.timed_out or res.error:
+            stderr, code = f"{stderr}\n{res.failure()}\n", 124
         n = next(counter)
         (args.logs / f"{n:02d}.stderr").write_text(f"# {spec}\n{stderr}")
         return code, stderr
