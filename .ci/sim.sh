@@ -4,7 +4,7 @@
 #      (falls back to sid's current versions, loudly, when a pin has left the archive)
 #   2. vulkaninfo under qemu + panthor drm-shim shows "Mali-G610 MC4" / panvk
 #   3. one llama-bench run (ub 64, small model) succeeds on the simulated G610
-#   4. the board's self-test (rocky_vulkan.selftest) accepts the simulated G610: vulkan_device
+#   4. the board's self-test (rocky_selftest) accepts the simulated G610: vulkan_device
 #      and the ub 64 sweep PASS on real panvk / llama-bench output
 # via the slow tests in tests/test_sim.py. Caches under ${ROCKY_CACHE:-/var/cache/rocky-vulkan}/sim.
 # Needs root (debootstrap, chroot, mount namespaces). Cold: see docs/verification/sim.md.
@@ -45,14 +45,14 @@ fi
 say "writing the CI test model"
 mkdir -p "$SIM/models"
 MODEL=$SIM/models/ci-tiny.gguf
-"$PY" -c 'import sys; from rocky_vulkan.testmodel import write_preset; write_preset("tiny", sys.argv[1])' "$MODEL"
+"$PY" -c 'import sys; from rocky_vulkan.llama.testmodel import write_preset; write_preset("tiny", sys.argv[1])' "$MODEL"
 
 # ROCKY_SIM_FULL=1 adds the private-VA exhaustion test: +3 GB of disk, about 70 s to write the
 # model and a few minutes of cold shader compilation.
 BIG=
 if [ "${ROCKY_SIM_FULL:-0}" = 1 ]; then
 	BIG=$SIM/models/q3b-shape-36l-q8_0.gguf
-	[ -f "$BIG" ] || "$PY" -c 'import sys; from rocky_vulkan.testmodel import write_preset; write_preset("qwen2.5-3b-shape", sys.argv[1], n_layer=36)' "$BIG"
+	[ -f "$BIG" ] || "$PY" -c 'import sys; from rocky_vulkan.llama.testmodel import write_preset; write_preset("qwen2.5-3b-shape", sys.argv[1], n_layer=36)' "$BIG"
 fi
 
 say "slow simulator tests"

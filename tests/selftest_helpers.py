@@ -51,8 +51,8 @@ def write_config(path: Path, **values) -> Path:
 
 
 def make_tiny_model(tmp_path_factory) -> Path:
-    """The 'tiny' random-weight llama GGUF from rocky_vulkan.testmodel (f16, 2 layers)."""
+    """The 'tiny' random-weight llama GGUF from rocky_vulkan.llama.testmodel (f16, 2 layers)."""
     pytest.importorskip("gguf")
-    from rocky_vulkan.testmodel import write_preset
+    from rocky_vulkan.llama.testmodel import write_preset
 
     return write_preset("tiny", tmp_path_factory.mktemp("model") / "tiny.gguf", seed=1)

@@ -1,7 +1,8 @@
 """What real bitbake makes of the committed layers, per board: `bitbake -e` values and their
 variable history (which file set them), `bitbake -n` of the image, and the licence gate.
 
-Needs the dumps of tools/bitbake-env.sh (bitbake 2.18 and the five pinned layers, offline from
+Needs the dumps of tools/scripts/bitbake-env.sh (bitbake 2.18 and the five pinned layers, offline
+from
 local mirrors; ~10 min per board on 2 cores): set ROCKY_BITBAKE_ENV_DIR to its OUT folder.
 Without it every test here skips."""
 
@@ -13,8 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rocky_vulkan import render as render_mod
 from rocky_vulkan.config import Machine, load_config
+from rocky_vulkan.layer import render as render_mod
 
 from .conftest import ROOT
 
@@ -27,7 +28,9 @@ BSP = render_mod.BSP_LAYER
 def dumps() -> Path:
     env = os.environ.get("ROCKY_BITBAKE_ENV_DIR")
     if not env:
-        pytest.skip("ROCKY_BITBAKE_ENV_DIR is not set: run tools/bitbake-env.sh MIRRORS OUT first")
+        pytest.skip(
+            "ROCKY_BITBAKE_ENV_DIR is not set: run tools/scripts/bitbake-env.sh MIRRORS OUT first"
+        )
     out = Path(env)
     tree = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "HEAD:meta-rocky-vulkan"],
@@ -38,7 +41,7 @@ def dumps() -> Path:
     recorded = (out / "layer-tree").read_text().strip() if (out / "layer-tree").exists() else ""
     assert recorded == tree, (
         f"{out} holds dumps of meta-rocky-vulkan tree {recorded or '(none)'}, not of HEAD's "
-        f"{tree}: rerun tools/bitbake-env.sh"
+        f"{tree}: rerun tools/scripts/bitbake-env.sh"
     )
     return out
 
@@ -132,7 +135,7 @@ def test_image_hostname_and_dry_run(dumps, machine):
 
 
 def test_image_is_refused_until_the_model_licence_is_accepted(dumps):
-    # tools/bitbake-env.sh checks this on the first machine only (another full parse).
+    # tools/scripts/bitbake-env.sh checks this on the first machine only (another full parse).
     text = (dumps / "no-licence.txt").read_text(errors="replace")
     assert f'MACHINE              = "{CFG.machines[0].name}"' not in text  # skipped before
     assert "the model's licence is not accepted" in text

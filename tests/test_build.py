@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from rocky_vulkan import build, buildlog
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import ConfigError, load_config
 from rocky_vulkan.errors import UserError
+from rocky_vulkan.host import build, buildlog
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kas-output"
 KAS = str(Path(sys.executable).with_name("kas"))

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rocky_vulkan import render as render_mod
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import ConfigError, load_config
+from rocky_vulkan.layer import render as render_mod
 
 from . import hostile
 from .conftest import ROOT
@@ -340,7 +340,7 @@ QUOTED = [*hostile.HOSTILE, "it's", "a b", "", "-n", "$HOME"]
 
 @pytest.mark.parametrize("value", QUOTED, ids=range(len(QUOTED)))
 def test_quoting_filters_round_trip_through_their_parsers(value):
-    from rocky_vulkan import escape  # here, so the rest of the file runs where it is missing
+    from rocky_vulkan.layer import escape  # here, so the rest of the file runs where it is missing
 
     try:
         quoted = escape.sh_quote(value)
@@ -435,7 +435,7 @@ def test_disk_full_while_writing_is_a_clean_error_and_changes_nothing(project, m
 
 KILL_DURING_SWAP = """
 import os, signal, sys
-from rocky_vulkan import render
+from rocky_vulkan.layer import render
 real = os.rename
 def rename(src, dst):
     real(src, dst)

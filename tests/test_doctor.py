@@ -9,9 +9,9 @@ import shutil
 import subprocess
 
 import pytest
-from rocky_vulkan import doctor
 from rocky_vulkan.cli import main
-from rocky_vulkan.doctor import FAIL, GIB, PASS, WARN, HostFacts
+from rocky_vulkan.host import doctor
+from rocky_vulkan.host.doctor import FAIL, GIB, PASS, WARN, HostFacts
 
 from .conftest import ROOT
 

@@ -16,10 +16,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rocky_vulkan import blockdev, flash
-from rocky_vulkan.bmap import bmap_for, parse_bmap, verify_device
 from rocky_vulkan.cli import main
 from rocky_vulkan.errors import UserError
+from rocky_vulkan.host import blockdev, flash
+from rocky_vulkan.host.bmap import bmap_for, parse_bmap, verify_device
 
 LSBLK = (Path(__file__).parent / "fixtures/lsblk/loops-and-root.json").read_text()
 MIB = 1024 * 1024

@@ -8,8 +8,8 @@ import re
 
 import pytest
 import yaml
-from rocky_vulkan import render as render_mod
 from rocky_vulkan.config import load_config
+from rocky_vulkan.layer import render as render_mod
 
 from .conftest import ROOT
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import stat
 import textwrap
 
-from rocky_vulkan import lint
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import load_config
+from rocky_vulkan.layer import lint
 
 from .conftest import ROOT
 

@@ -17,7 +17,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rocky_vulkan import intdot_cases
+
+from tests import intdot_cases
 
 BIN = os.environ.get("ROCKY_LLAMA_BIN_DIR")
 DEVICE = os.environ.get("ROCKY_VK_DEVICE", "0")

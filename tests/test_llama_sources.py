@@ -15,9 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rocky_vulkan import llama_sources as ls
-from rocky_vulkan import warptile
 from rocky_vulkan.errors import UserError
+from rocky_vulkan.llama import sources as ls
+from rocky_vulkan.tiles import warptile
 
 REPO = Path(__file__).resolve().parents[1]
 PATCH = REPO / "patches" / "llama.cpp-mali-mmq-warptile.patch"

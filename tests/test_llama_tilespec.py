@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from rocky_vulkan import intdot_cases
+
+from tests import intdot_cases
 
 from .test_llama_intdot import _tbo
 

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rocky_vulkan.testmodel import write_preset
+from rocky_vulkan.llama.testmodel import write_preset
 
 pytestmark = pytest.mark.slow
 

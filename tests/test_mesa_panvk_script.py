@@ -1,4 +1,5 @@
-"""Argument handling of tools/scripts/mesa-panvk-build.sh (no root, no build: these fail early).
+"""Argument handling of tools/rocky_vulkan/sim/mesa-panvk-build.sh (no root, no build: these fail
+early).
 
 The build and simulation paths themselves need a Debian root and a Mesa tree; they are recorded in
 docs/verification/mesa-patch.md.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "scripts" / "mesa-panvk-build.sh"
+SCRIPT = Path(__file__).resolve().parents[1] / "tools/rocky_vulkan/sim/mesa-panvk-build.sh"
 
 
 def _run(tmp_path: Path, *args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess[str]:
@@ -92,7 +93,7 @@ def test_root_installs_what_the_llama_build_needs() -> None:
         assert name in pkgs
 
 
-TUNE = SCRIPT.with_name("sim-tune.sh")
+TUNE = Path(__file__).resolve().parents[1] / "tools/scripts/sim-tune.sh"
 
 
 def _tune(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,8 @@ allocation code, its pre-image blob ids are those of the tree it was verified ag
 see docs/verification/mesa-patch.md), and the layer applies it to the checked release.
 
 The slow test needs a Mesa tree: set ROCKY_MESA_SRC to its directory (for instance one made by
-`tools/scripts/mesa-panvk-build.sh build`, under $ROCKY_CACHE/mesa/root-sid/work/mesa-*/src). It
+`tools/rocky_vulkan/sim/mesa-panvk-build.sh build`, under
+$ROCKY_CACHE/mesa/root-sid/work/mesa-*/src). It
 checks that the files there are the verified ones and that `git apply --check` accepts the patch
 (git apply never applies with fuzz).
 """
@@ -24,7 +25,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PATCH = REPO / "patches" / "mesa-panvk-shared-tls-wls.patch"
-INSTRUMENTATION = REPO / "tools" / "scripts" / "mesa-panvk-privva-instrumentation.patch"
+INSTRUMENTATION = REPO / "tools/rocky_vulkan/sim/patches/mesa-panvk-privva-instrumentation.patch"
 
 # Blob ids of the touched files in the verified tree (git ls-tree of leegao/mesa-26.2 3c34d70).
 VERIFIED_BLOBS = {

@@ -20,7 +20,7 @@ import pytest
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import load_config
 from rocky_vulkan.errors import UserError
-from rocky_vulkan.model import fetch_model
+from rocky_vulkan.host.model import fetch_model
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -339,7 +339,7 @@ def test_cli_says_to_render_after_pinning(tmp_path, server, capsys):
 
 
 def test_pin_refuses_a_config_without_the_null_line(tmp_path):
-    from rocky_vulkan.model import pin_sha256
+    from rocky_vulkan.host.model import pin_sha256
 
     cfg = _project(tmp_path, "https://example.invalid/m.gguf", "cd" * 32)
     before = cfg.read_text()

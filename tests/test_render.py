@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from rocky_vulkan import render as render_mod
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import load_config
+from rocky_vulkan.layer import render as render_mod
 
 from .conftest import ROOT
 

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from rocky_selftest.cli import run_selftest
+from rocky_selftest.settings import Settings
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import load_config
 from rocky_vulkan.errors import UserError
-from rocky_vulkan.report import load_result, plot, sweep_series, table_rows
-from rocky_vulkan.selftest.cli import run_selftest
-from rocky_vulkan.selftest.settings import Settings
+from rocky_vulkan.host.report import load_result, plot, sweep_series, table_rows
 
 from .conftest import ROOT
 

@@ -11,9 +11,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from rocky_vulkan.selftest.bench import Deadline, parse_bench_json, sweep
-from rocky_vulkan.selftest.cli import main
-from rocky_vulkan.selftest.settings import Settings
+from rocky_selftest.bench import Deadline, parse_bench_json, sweep
+from rocky_selftest.cli import main
+from rocky_selftest.settings import Settings
 
 from .selftest_helpers import make_tiny_model, write_config
 

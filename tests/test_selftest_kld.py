@@ -14,11 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rocky_selftest import kld
+from rocky_selftest.bench import Deadline
+from rocky_selftest.match import output_match
+from rocky_selftest.settings import Settings, load_settings
 from rocky_vulkan.config import ConfigError, load_config
-from rocky_vulkan.selftest import kld
-from rocky_vulkan.selftest.bench import Deadline
-from rocky_vulkan.selftest.match import output_match
-from rocky_vulkan.selftest.settings import Settings, load_settings
 
 from .conftest import ROOT
 from .selftest_helpers import make_tiny_model
@@ -254,7 +254,7 @@ def test_real_kld_gpu_vs_cpu_on_lavapipe_passes_and_records_tiles(tiny):
 def test_real_kld_catches_a_gpu_that_computes_something_else(tiny, tmp_path_factory):
     """The check can fail: the GPU run is given a different model (another seed) than the CPU
     base run, as a GPU with wrong kernels would produce different distributions."""
-    from rocky_vulkan.testmodel import write_preset
+    from rocky_vulkan.llama.testmodel import write_preset
 
     other = write_preset("tiny", tmp_path_factory.mktemp("other") / "other.gguf", seed=2)
     s = _real(tiny)

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from rocky_vulkan import render as render_mod
+from rocky_selftest.settings import load_settings
 from rocky_vulkan.config import load_config
-from rocky_vulkan.selftest.settings import load_settings
+from rocky_vulkan.layer import render as render_mod
 
 from .conftest import ROOT
 from .selftest_helpers import fake_root
@@ -40,7 +40,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_selftest_imports_only_the_stdlib_modules_the_recipe_provides():
-    sources = sorted((ROOT / "tools/rocky_vulkan/selftest").glob("*.py"))
+    sources = sorted((ROOT / "tools/rocky_selftest").glob("*.py"))
     assert sources
     for path in sources:
         extra = _imports(path) - ALLOWED_IMPORTS
@@ -145,7 +145,7 @@ def test_recipe_ships_every_selftest_source_and_the_image_installs_both():
     recipe = next(
         (ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest").glob("*.bb")
     ).read_text()
-    for src in (ROOT / "tools/rocky_vulkan/selftest").glob("*.py"):
+    for src in (ROOT / "tools/rocky_selftest").glob("*.py"):
         assert f"file://rocky_selftest/{src.name}" in recipe
         assert (LAYER_FILES / "rocky_selftest" / src.name).read_bytes() == src.read_bytes()
     image = (

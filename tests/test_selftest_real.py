@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rocky_vulkan.selftest.cli import main
-from rocky_vulkan.selftest.stack import sha256_file
+from rocky_selftest.cli import main
+from rocky_selftest.stack import sha256_file
 
 from .selftest_helpers import make_tiny_model, write_config
 

@@ -6,8 +6,8 @@ import hashlib
 import shutil
 
 import pytest
-from rocky_vulkan.selftest import stack
-from rocky_vulkan.selftest.settings import Settings
+from rocky_selftest import stack
+from rocky_selftest.settings import Settings
 
 from .selftest_helpers import fake_root
 

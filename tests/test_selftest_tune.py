@@ -21,10 +21,13 @@ import time
 from pathlib import Path
 
 import pytest
-from rocky_vulkan import tiles_prune, tilespace
-from rocky_vulkan.selftest import tune, tune_files
-from rocky_vulkan.selftest.settings import load_settings
-from rocky_vulkan.selftest.tune_spec import ENV_VAR
+from rocky_selftest import tune, tune_files
+from rocky_selftest.settings import load_settings
+from rocky_selftest.tune_spec import ENV_VAR
+from rocky_vulkan.tiles import prune as tiles_prune
+from rocky_vulkan.tiles import space as tilespace
+
+from tests import project
 
 from .selftest_helpers import write_config
 
@@ -57,7 +60,7 @@ def _setup(tmp_path: Path, tps: list[float], n: int = 6, sleep: float = 0.05, **
     bench = bindir / "llama-bench"
     bench.write_text(FAKE_BENCH)
     bench.chmod(0o755)
-    builtin = tilespace.builtin_tiles()
+    builtin = project.builtin_tiles()
     cands = tilespace.candidates(builtin)[:n]
     cand_file = tmp_path / "tile_candidates.json"
     tiles_prune.write_document(tiles_prune.document(cands, builtin, None, {}), cand_file)
@@ -172,7 +175,7 @@ def test_budget_stops_starting_runs_and_still_decides(tmp_path):
 
 
 def _tune_cmd(env: dict) -> list[str]:
-    return [sys.executable, "-m", "rocky_vulkan.selftest", "--config", str(env["config"]), "tune"]
+    return [sys.executable, "-m", "rocky_selftest", "--config", str(env["config"]), "tune"]
 
 
 def test_sigkill_mid_tune_resumes_without_rerunning_done_candidates(tmp_path):
@@ -222,11 +225,11 @@ def test_a_candidate_interrupted_twice_is_given_up(tmp_path):
 
 def test_choice_file_is_atomic_strict_and_readable(tmp_path):
     rd = str(tmp_path)
-    spec = tilespace.candidates()[3].spec
+    spec = project.candidates()[3].spec
     path = tune_files.write_choice(rd, spec, "tuned\nrm -rf /")
     text = Path(path).read_text()
     assert text.splitlines() == ["# tuned?rm -rf /", f"{ENV_VAR}={spec}"]
-    assert tune_files.read_choice(rd, tilespace.builtin_tiles()) == spec
+    assert tune_files.read_choice(rd, project.builtin_tiles()) == spec
     assert os.listdir(rd) == [tune_files.ENV_NAME]
     with pytest.raises(ValueError):
         tune_files.write_choice(rd, spec + "\nLD_PRELOAD=/tmp/x.so", "")
@@ -268,8 +271,8 @@ def test_first_boot_tunes_only_when_configured_and_after_a_pass(tmp_path):
 
 
 def test_tune_section_lands_in_result_json(tmp_path):
-    from rocky_vulkan.selftest.outcome import base_doc
-    from rocky_vulkan.selftest.results import read_result, write_result
+    from rocky_selftest.outcome import base_doc
+    from rocky_selftest.results import read_result, write_result
 
     env = _setup(tmp_path, [20.0, 31.0, 25.0], n=3)
     write_result(str(env["results"]), base_doc("PASS", "2026-12-03T00:00:00Z"))
@@ -287,7 +290,7 @@ def test_tune_section_lands_in_result_json(tmp_path):
     [("tune_at_first_boot", "yes"), ("tune_budget_s", -1), ("tune_budget_s", True)],
 )
 def test_hostile_tune_settings_are_refused(tmp_path, key, value):
-    from rocky_vulkan.selftest.settings import SettingsError
+    from rocky_selftest.settings import SettingsError
 
     path = write_config(tmp_path / "c.json", model_path="/m", **{key: value})
     with pytest.raises(SettingsError, match=key):

@@ -8,8 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rocky_vulkan import render, tilespace
 from rocky_vulkan.config import load_config
+from rocky_vulkan.layer import render
+
+from tests import project
 
 from .test_selftest_sandbox import ANALYZE, MAX_EXPOSURE, exposure, needs_analyze, settings
 
@@ -17,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE_DIR = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest"
 FILES = RECIPE_DIR / "files"
 TUNE_UNIT = FILES / "rocky-selftest-tune.service"
-SPEC = tilespace.candidates()[4].spec
+SPEC = project.candidates()[4].spec
 
 
 def test_board_config_and_recipe_carry_the_tuner():
@@ -32,7 +34,7 @@ def test_board_config_and_recipe_carry_the_tuner():
     assert "rocky-selftest-tune.service" in recipe.split("SYSTEMD_SERVICE:${PN} =")[1]
     assert "${sysconfdir}/profile.d/rocky-tiles.sh" in recipe
     shipped = (FILES / "tile_candidates.json").read_bytes()
-    assert shipped == (ROOT / "tools/rocky_vulkan/data/tile_candidates.json").read_bytes()
+    assert shipped == (ROOT / "tools/rocky_vulkan/tiles/tile_candidates.json").read_bytes()
 
 
 def test_tune_unit_resumes_until_done_and_runs_unprivileged():

@@ -17,9 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from rocky_vulkan import tiles_prune, tilespace
-from rocky_vulkan.selftest import tune, tune_files
-from rocky_vulkan.selftest.settings import load_settings
+from rocky_selftest import tune, tune_files
+from rocky_selftest.settings import load_settings
+from rocky_vulkan.tiles import prune as tiles_prune
+from rocky_vulkan.tiles import space as tilespace
+
+from tests import project
 
 from .selftest_helpers import make_tiny_model, write_config
 
@@ -66,13 +69,13 @@ def settings(tmp_path_factory, q4k_model):
         [_tool("llama-bench"), "-m", str(q4k_model), "-p", "16", "-n", "0", "-r", "1", "-v",
          "-ngl", "99", "-dev", "Vulkan0"],
         capture_output=True, text=True, timeout=900,
-        env={**os.environ, **VK_ENV, "GGML_VK_MALI_WARPTILE": tilespace.candidates()[1].spec},
+        env={**os.environ, **VK_ENV, "GGML_VK_MALI_WARPTILE": project.candidates()[1].spec},
     )  # fmt: skip
     if "ignoring GGML_VK_MALI_WARPTILE" in probe.stderr:
         pytest.skip("this llama.cpp build predates GGML_VK_MALI_WARPTILE=<spec>")
     assert "(spec: " in probe.stderr, probe.stderr[-3000:]
     tmp = tmp_path_factory.mktemp("tune-real")
-    builtin = tilespace.builtin_tiles()
+    builtin = project.builtin_tiles()
     every = tilespace.candidates(builtin)
     # the built-in, a 512-thread 64x64 tile and a 128x64 one: three shapes of the space
     picked = [every[0], next(c for c in every if "b512" in c.name and c.name.startswith("64x64"))]

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-from rocky_vulkan.selftest import results as results_mod
-from rocky_vulkan.selftest.bench import parse_bench_json
-from rocky_vulkan.selftest.cli import main
-from rocky_vulkan.selftest.results import write_result
+from rocky_selftest import results as results_mod
+from rocky_selftest.bench import parse_bench_json
+from rocky_selftest.cli import main
+from rocky_selftest.results import write_result
 
 from .conftest import ROOT
 from .selftest_helpers import write_config
@@ -327,7 +327,7 @@ def _start_run(tmp: Path, results: Path, *extra: str) -> tuple[subprocess.Popen,
     cfg = config(tmp, bin_dir, results, run_timeout_s=120)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tools")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rocky_vulkan.selftest", "--config", str(cfg), "run", *extra],
+        [sys.executable, "-m", "rocky_selftest", "--config", str(cfg), "run", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -417,7 +417,7 @@ def test_sigterm_mid_run_saves_an_error_verdict_and_kills_the_tool(tmp_path):
 WRITER = """
 import json, sys
 sys.path.insert(0, sys.argv[2])
-from rocky_vulkan.selftest.results import write_result
+from rocky_selftest.results import write_result
 docs = [json.loads(open(p).read()) for p in sys.argv[3:]]
 i = 0
 while True:
@@ -492,7 +492,7 @@ def test_a_check_that_raises_is_an_error_line_and_the_others_still_run(
     tmp_path, capsys, monkeypatch
 ):
     """FAKE: a bug is injected into one check (it raises); nothing real raises on demand."""
-    from rocky_vulkan.selftest import sequence
+    from rocky_selftest import sequence
 
     def boom(_s):
         raise OSError(errno.EIO, "Input/output error", "/usr/share/rocky-models/m.gguf")
@@ -562,7 +562,7 @@ def test_root_step_does_not_follow_a_symlinked_note(tmp_path):
 STOPPER = """
 import signal, subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
-from rocky_vulkan.selftest.runner import run_tool
+from rocky_selftest.runner import run_tool
 
 class Stopped(BaseException):
     pass

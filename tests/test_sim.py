@@ -214,8 +214,8 @@ def test_selftest_accepts_the_simulated_g610(root, tmp_path):
     # The board's self-test against real panvk output (vulkaninfo, llama-bench's JSON and
     # device lines). The shim executes nothing, so t/s, the ratio and the output match mean
     # nothing here and are left out, as are the kernel-side checks (no panthor on this host).
-    from rocky_vulkan.selftest.cli import main as selftest_main
-    from rocky_vulkan.selftest.stack import sha256_file
+    from rocky_selftest.cli import main as selftest_main
+    from rocky_selftest.stack import sha256_file
 
     model = Path(MODEL_ENV).resolve()
     assert not str(model).startswith("/tmp/"), "the root mounts its own /tmp over the model"

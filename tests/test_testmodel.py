@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 from rocky_vulkan.errors import UserError
-from rocky_vulkan.testmodel import (
+from rocky_vulkan.llama.testmodel import (
     PRESETS,
     build_vocab,
     write_preset,
@@ -111,7 +111,7 @@ def test_bad_shapes_are_user_errors(tmp_path):
 def test_cli_subcommand_writes_preset(tmp_path, capsys):
     import argparse
 
-    from rocky_vulkan import testmodel
+    from rocky_vulkan.llama import testmodel
 
     parser = argparse.ArgumentParser()
     testmodel.register(parser.add_subparsers())

@@ -12,7 +12,9 @@ import json
 import os
 
 import pytest
-from rocky_vulkan import intdot_cases, tiles_prune
+from rocky_vulkan.tiles import CANDIDATES_PATH
+
+from tests import intdot_cases
 
 from .test_llama_intdot import SEEN, _tbo
 
@@ -20,7 +22,7 @@ ALL = os.environ.get("ROCKY_TILES_ALL") == "1"
 
 
 def _kept() -> list[dict]:
-    doc = json.loads(tiles_prune.DATA_PATH.read_text())
+    doc = json.loads(CANDIDATES_PATH.read_text())
     return [c for c in doc["candidates"] if c["kept"] and not c["builtin"]]
 
 

@@ -13,11 +13,15 @@ import subprocess
 import sys
 
 import pytest
-from rocky_vulkan import tiles_prune, tilespace
-from rocky_vulkan.selftest import tune_spec
+from rocky_selftest import tune_spec
+from rocky_vulkan.tiles import CANDIDATES_PATH
+from rocky_vulkan.tiles import prune as tiles_prune
+from rocky_vulkan.tiles import space as tilespace
 
-BUILTIN = tilespace.candidates()[0]
-OTHER = tilespace.candidates()[5]
+from tests import project
+
+BUILTIN = project.candidates()[0]
+OTHER = project.candidates()[5]
 
 
 def _log(spec: str, q4k_spills: int, q6k_spills: int = 0) -> str:
@@ -80,7 +84,7 @@ def test_prune_document_keeps_the_builtin_and_writes_atomically(tmp_path):
     cands = [BUILTIN, OTHER]
     logs = {BUILTIN.spec: _log(BUILTIN.spec, 6), OTHER.spec: _log(OTHER.spec, 0)}
     records = tiles_prune.prune(cands, lambda spec: (0, logs[spec]), log=lambda _: None)
-    doc = tiles_prune.document(cands, tilespace.builtin_tiles(), records, {"model": "m.gguf"})
+    doc = tiles_prune.document(cands, project.builtin_tiles(), records, {"model": "m.gguf"})
     assert [e["kept"] for e in doc["candidates"]] == [True, True]
     assert doc["candidates"][0]["sim"]["status"] == "spills"  # kept anyway: the reference
     out = tmp_path / "tile_candidates.json"
@@ -90,9 +94,9 @@ def test_prune_document_keeps_the_builtin_and_writes_atomically(tmp_path):
 
 
 def test_shipped_list_matches_the_space_and_the_patch():
-    doc = json.loads(tiles_prune.DATA_PATH.read_text())
+    doc = json.loads(CANDIDATES_PATH.read_text())
     assert doc["schema"] == tiles_prune.SCHEMA and doc["schema_version"] == 1
-    builtin = tilespace.builtin_tiles()
+    builtin = project.builtin_tiles()
     assert doc["builtin"] == {k: list(v) for k, v in builtin.items()}
     space = {c.spec: c for c in tilespace.candidates(builtin)}
     assert doc["pruning"]["status"] in ("pruned", "unpruned")
@@ -124,7 +128,7 @@ def test_candidates_command_lists_the_space(fmt):
         argv + (["--json"] if fmt == "json" else []), capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    n = len(tilespace.candidates())
+    n = len(project.candidates())
     if fmt == "json":
         assert len(json.loads(done.stdout)) == n
     else:

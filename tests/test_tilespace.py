@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from rocky_vulkan import tilespace
-from rocky_vulkan.selftest import tune_spec as ts
+from rocky_selftest import tune_spec as ts
+from rocky_vulkan.tiles import space as tilespace
+
+from tests import project
 
 BUILTIN_SPEC = "int=256,64,64,32,16,16,2,2,2,1,16,2;int_k=256,64,64,32,16,16,1,2,2,1,16,2"
 
 
 @pytest.fixture(scope="module")
 def builtin():
-    return tilespace.builtin_tiles()
+    return project.builtin_tiles()
 
 
 def test_builtin_tiles_come_from_the_patch(builtin):

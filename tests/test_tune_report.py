@@ -9,12 +9,12 @@ import json
 import subprocess
 import sys
 
+from rocky_selftest.outcome import base_doc
+from rocky_selftest.results import write_result
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import load_config
-from rocky_vulkan.result_doc import checked
-from rocky_vulkan.selftest.outcome import base_doc
-from rocky_vulkan.selftest.results import write_result
-from rocky_vulkan.tune_report import sim_by_spec, tune_rows
+from rocky_vulkan.host.result_doc import checked
+from rocky_vulkan.tiles.report import sim_by_spec, tune_rows
 
 from .conftest import ROOT
 from .test_selftest_tune import _setup
@@ -26,7 +26,7 @@ def _tuned_result(tmp_path, tps):
     env = _setup(tmp_path, tps, n=len(tps))
     doc = base_doc("PASS", "2026-12-03T00:00:00Z") | {"checks": [], "finished_at": "x"}
     write_result(str(env["results"]), doc)
-    cmd = [sys.executable, "-m", "rocky_vulkan.selftest", "--config", str(env["config"]), "tune"]
+    cmd = [sys.executable, "-m", "rocky_selftest", "--config", str(env["config"]), "tune"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     return env["results"] / "result.json", env

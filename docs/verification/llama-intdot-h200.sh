@@ -2,7 +2,7 @@
 # Device run (H200, NVIDIA Vulkan): the patched b9101 tree (exact pin, from PyPI, no test hooks)
 # built with trixie's glslc so the integer-dot shaders exist; then, coopmat off so the scalar tiles
 # are used: the auto switch (must stay off on NVIDIA), a bad GGML_VK_MALI_WARPTILE value (must
-# warn), and the int-dot L cases (rocky_vulkan.intdot_cases) plus MUL_MAT / MUL_MAT_ID with the
+# warn), and the int-dot L cases (tests.intdot_cases) plus MUL_MAT / MUL_MAT_ID with the
 # Mali tiles forced and stock, GGML_VK_PIPELINE_STATS naming the pipelines and their statistics.
 # Needs beside the repo: .h200/llama-src.tar.gz (`llama-src prepare DIR` packed as full/) and
 # .h200/debs (trixie glslc, libshaderc1, libc6, libgcc-s1, libstdc++6, libvulkan-dev,
@@ -28,7 +28,7 @@ cmake -S $S -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_VULKAN=ON -DGGM
 grep "supported by glslc" "$O/configure.log" | tee -a "$O/steps.log"
 cmake --build /tmp/b -j "$(nproc)" --target test-backend-ops > "$O/build.log" 2>&1 || { tail -40 "$O/build.log"; exit 1; }
 ts built; B=/tmp/b/bin
-PYTHONPATH=$R/tools python3 -m rocky_vulkan.intdot_cases /tmp/intdot.cases
+PYTHONPATH=$R/tools python3 -m tests.intdot_cases /tmp/intdot.cases
 export GGML_NO_BACKTRACE=1 GGML_VK_DISABLE_COOPMAT=1 GGML_VK_DISABLE_COOPMAT2=1
 F='type_a=f16,type_b=f32,m=16,n=1,k=256,bs=.1,1.,nr=.1,1.'
 $B/test-backend-ops -b Vulkan0 -o MUL_MAT -p "$F" > "$O/auto.log" 2>&1; ts "auto rc=$?"

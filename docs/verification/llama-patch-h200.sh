@@ -28,7 +28,7 @@ grep -E "passed|Vulkan0|Mali|FAIL" $O/tbo_mul_mat_force.log | grep -v "^  MUL_MA
 # generation: CPU (no Vulkan device) vs GPU with the Mali tiles forced, greedy
 P="The quick brown fox jumps over the lazy dog while the small cat sleeps in the warm sun near the old red barn, and the farmer counts his sheep again before the long night comes to the quiet valley."
 export PYTHONPATH=$D/pkg:/tmp/site; python3 -m pip install -q --no-index --no-deps --target /tmp/site $D/whl/*.whl
-python3 -c "from rocky_vulkan.testmodel import write_preset as w; w('qwen2.5-3b-shape','/tmp/q3b.gguf',n_layer=2,seed=3)" && $B/llama-quantize /tmp/q3b.gguf /tmp/q3b-q4k.gguf Q4_K_M > $O/quantize.log 2>&1
+python3 -c "from rocky_vulkan.llama.testmodel import write_preset as w; w('qwen2.5-3b-shape','/tmp/q3b.gguf',n_layer=2,seed=3)" && $B/llama-quantize /tmp/q3b.gguf /tmp/q3b-q4k.gguf Q4_K_M > $O/quantize.log 2>&1
 ts "models ready"
 for m in $D/models/tiny-f16.gguf $D/models/tiny-q8_0.gguf /tmp/q3b.gguf /tmp/q3b-q4k.gguf; do
   n=$(basename $m .gguf)

@@ -7,21 +7,21 @@ import importlib
 import sys
 from collections.abc import Callable
 
-from .errors import UserError
+from rocky_vulkan.errors import UserError
 
 # Each module named here has `register(subparsers)`, which adds its parser and sets `func`.
 COMMAND_MODULES = (
-    "rocky_vulkan.render",
-    "rocky_vulkan.lint",
-    "rocky_vulkan.doctor",
-    "rocky_vulkan.build",
-    "rocky_vulkan.flash",
-    "rocky_vulkan.testmodel",
-    "rocky_vulkan.model",
-    "rocky_vulkan.report",
-    "rocky_vulkan.llama_sources",
+    "rocky_vulkan.layer.render",
+    "rocky_vulkan.layer.lint",
+    "rocky_vulkan.host.doctor",
+    "rocky_vulkan.host.build",
+    "rocky_vulkan.host.flash",
+    "rocky_vulkan.llama.testmodel",
+    "rocky_vulkan.host.model",
+    "rocky_vulkan.host.report",
+    "rocky_vulkan.llama.sources",
     "rocky_vulkan.sim",
-    "rocky_vulkan.tiles_cli",
+    "rocky_vulkan.tiles.cli",
 )
 
 
@@ -52,16 +52,20 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=WORKFLOW,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_config_option(parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def _add_config_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-c",
         "--config",
         default="rocky-vulkan.yaml",
         help="the project config (default: %(default)s)",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
-    return parser
 
 
 def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
@@ -81,6 +85,7 @@ def run_subcommand(register: Callable, name: str, argv: list[str] | None = None)
     """`rocky-vulkan NAME ARGS` with only that module imported (for `python -m` entry points
     that run where the rest of the CLI's dependencies may be missing)."""
     parser = argparse.ArgumentParser(prog="rocky-vulkan")
+    _add_config_option(parser)
     register(parser.add_subparsers(dest="command", required=True))
     return _dispatch(parser, [name, *(sys.argv[1:] if argv is None else argv)])
 

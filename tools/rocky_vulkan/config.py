@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from .errors import UserError
+from rocky_vulkan.errors import UserError
 
 PATCH_DIR_NAME = "patches"
 REQUIRED_REPOS = ("bitbake", "openembedded-core", "meta-arm", "meta-rockchip")
@@ -142,6 +142,10 @@ class Config:
     def root(self) -> Path:
         """The project root: the folder holding the config file."""
         return self.path.parent
+
+    def patch_paths(self, names: tuple[str, ...]) -> list[Path]:
+        """Our patches (e.g. `cfg.llama_cpp.patches`) as files under the project's patches/."""
+        return [self.root / PATCH_DIR_NAME / name for name in names]
 
     def machine(self, name: str) -> Machine:
         for machine in self.machines:

@@ -32,7 +32,7 @@ done
 
 export ROCKY_CACHE=${ROCKY_CACHE:-/var/cache/rocky-vulkan}
 root=${MESA_ROOT:-$ROCKY_CACHE/mesa/root-sid}
-build="$here/mesa-panvk-build.sh"
+build="$repo/tools/rocky_vulkan/sim/mesa-panvk-build.sh"
 pkg="$repo/meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
 for need in "$root/work/llama-src-b9101" "$root$model" "$root/work/drivers/$driver/panfrost_icd.json"; do
 	[ -e "$need" ] || { echo "sim-tune.sh: no $need: run \`rocky-vulkan sim prove\` first" >&2; exit 1; }

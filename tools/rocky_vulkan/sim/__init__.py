@@ -10,6 +10,6 @@ sim prove --mesa-git D    from nothing: build stock and patched panvk (native am
                           and llama.cpp b9101 with our patch, sweep, print the claims table
 """
 
-from .cli import register
+from rocky_vulkan.sim.cli import register
 
 __all__ = ["register"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ..cli import run_subcommand
-from . import register
+from rocky_vulkan.cli import run_subcommand
+from rocky_vulkan.sim import register
 
 
 def main(argv: list[str] | None = None) -> int:

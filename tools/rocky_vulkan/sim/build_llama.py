@@ -13,8 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..errors import UserError
-from .root import SimRoot, say
+from rocky_vulkan.errors import UserError
+from rocky_vulkan.sim.root import SimRoot, say
 
 TOOLCHAIN = """\
 set(CMAKE_SYSTEM_NAME Linux)

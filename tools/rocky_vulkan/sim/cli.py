@@ -8,19 +8,19 @@ import os
 import sys
 from pathlib import Path
 
-from ..errors import UserError
-from . import pins
-from .build_llama import build_llama
-from .guest import (
+from rocky_vulkan.errors import UserError
+from rocky_vulkan.sim import pins
+from rocky_vulkan.sim.build_llama import build_llama
+from rocky_vulkan.sim.guest import (
     driver_version,
     guest_argv,
     guest_env,
     resolve_driver,
     resolve_program,
 )
-from .root import Bind, SimRoot, setup
-from .stats import DEFAULT_FILTER, collect_stats, compare_table, stats_table
-from .sweep import DEFAULT_UBS, sweep, table
+from rocky_vulkan.sim.root import Bind, SimRoot, setup
+from rocky_vulkan.sim.stats import DEFAULT_FILTER, collect_stats, compare_table, stats_table
+from rocky_vulkan.sim.sweep import DEFAULT_UBS, sweep, table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -166,7 +166,7 @@ def _register_build(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_prove(sub: argparse._SubParsersAction) -> None:
-    from . import prove
+    from rocky_vulkan.sim import prove
 
     p = sub.add_parser(
         "prove",
@@ -211,8 +211,10 @@ def _register_prove(sub: argparse._SubParsersAction) -> None:
 
 
 def _prove(args: argparse.Namespace) -> int:
-    from . import prove
+    from rocky_vulkan.config import load_config
+    from rocky_vulkan.sim import prove
 
+    cfg = load_config(args.config)
     try:
         ubs = tuple(int(x) for x in args.ubs.split(",") if x.strip())
     except ValueError as err:
@@ -225,6 +227,8 @@ def _prove(args: argparse.Namespace) -> int:
         out=(args.out or args.cache / "sim-prove").resolve(),
         jobs=args.jobs,
         ubs=ubs,
+        mesa_patches=tuple(cfg.patch_paths(cfg.mesa.patches)),
+        llama_patches=tuple(cfg.patch_paths(cfg.llama_cpp.patches)),
     )
     prove.check_args(pargs)
     claims = prove.Prove(pargs).run()

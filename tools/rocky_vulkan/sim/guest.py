@@ -13,8 +13,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserError
-from .root import DRIVERS_DIR, SHADER_CACHE, VACOUNT_LIB, SimRoot, write_icd
+from rocky_vulkan.errors import UserError
+from rocky_vulkan.sim.root import DRIVERS_DIR, SHADER_CACHE, VACOUNT_LIB, SimRoot, write_icd
 
 G610_GPU_ID = "a867"
 # ggml's CPU backend dies with Illegal instruction on qemu's default CPU model.
@@ -109,7 +109,7 @@ def resolve_driver(root: SimRoot, spec: str) -> Driver:
 
 def driver_version(root: SimRoot, driver: Driver) -> str:
     if driver.name == "stock":
-        from .pins import GUEST_ARCH
+        from rocky_vulkan.sim.pins import GUEST_ARCH
 
         name = f"mesa-vulkan-drivers:{GUEST_ARCH}"
         return "Debian " + root.installed_versions([name])[name]

@@ -29,19 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import UserError
-from .stats import parse_stats
+from rocky_vulkan.errors import UserError
+from rocky_vulkan.sim.stats import parse_stats
 
-REPO = Path(__file__).resolve().parents[3]
-SCRIPT = REPO / "tools/scripts/mesa-panvk-build.sh"
-MESA_PATCH = REPO / "patches/mesa-panvk-shared-tls-wls.patch"
-# The product's llama.cpp patches, in the recipe's order (rocky-vulkan.yaml llama_cpp.patches).
-LLAMA_PATCHES = [
-    REPO / "patches/llama.cpp-mali-mmq-warptile.patch",
-    REPO / "patches/llama.cpp-perplexity-flush-log.patch",
-]
-INSTRUMENTATION = REPO / "tools/scripts/mesa-panvk-privva-instrumentation.patch"
-SHIM_32G = REPO / "tools/scripts/mesa-drm-shim-32g.patch"
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "mesa-panvk-build.sh"
+# Measurement aids for the simulator only, never shipped: a private-VA counter and a 32 GiB shim.
+INSTRUMENTATION = HERE / "patches/mesa-panvk-privva-instrumentation.patch"
+SHIM_32G = HERE / "patches/mesa-drm-shim-32g.patch"
 # The Mesa tree the patch was verified on: 26.2.0-rc1 as imported in GitHub leegao/mesa-26.2.
 DEFAULT_MESA_COMMIT = "3c34d70f234f43053eeda159dd16958190280310"
 GGML_COMMIT = "f76511eb"
@@ -67,6 +62,9 @@ class ProveArgs:
     out: Path
     jobs: int = 2
     ubs: tuple[int, ...] = UBS
+    # The product's patches, from rocky-vulkan.yaml (mesa.patches, llama_cpp.patches, in order).
+    mesa_patches: tuple[Path, ...] = ()
+    llama_patches: tuple[Path, ...] = ()
 
 
 def check_args(args: ProveArgs) -> None:
@@ -375,17 +373,17 @@ class Prove:
         return run
 
     def llama_src(self) -> str:
-        from ..llama_sources import STAMP, prepare, source_key
+        from rocky_vulkan.llama.sources import STAMP, prepare, source_key
 
         dest = self.host(LLAMA_SRC)
         stamp = dest / STAMP
         if stamp.is_file() and json.loads(stamp.read_text()).get("source_key") == source_key(
-            LLAMA_PATCHES
+            list(self.args.llama_patches)
         ):
             return "cached"
         prepare(
             dest,
-            patches=LLAMA_PATCHES,
+            patches=list(self.args.llama_patches),
             cache=self.args.cache / "pypi",
             ggml_git=self.args.ggml_git,
             force=True,
@@ -399,7 +397,7 @@ class Prove:
         return "int dot in glslc" if "GL_EXT_integer_dot_product supported" in text else ""
 
     def models(self) -> str:
-        from ..testmodel import write_preset, write_quant_source
+        from rocky_vulkan.llama.testmodel import write_preset, write_quant_source
 
         sweep = self.host(SWEEP_MODEL)
         if not sweep.is_file():
@@ -458,7 +456,9 @@ class Prove:
                 ("mesa-stock", self.mesa("stock", [INSTRUMENTATION, SHIM_32G], half)),
                 (
                     "mesa-patched",
-                    self.mesa("patched", [MESA_PATCH, INSTRUMENTATION, SHIM_32G], half),
+                    self.mesa(
+                        "patched", [*self.args.mesa_patches, INSTRUMENTATION, SHIM_32G], half
+                    ),
                 ),
             ],
             [

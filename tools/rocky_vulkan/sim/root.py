@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ..errors import UserError
-from . import pins
+from rocky_vulkan.errors import UserError
+from rocky_vulkan.sim import pins
 
 STAMP = ".rocky-sim.json"
 VACOUNT_LIB = "/opt/rocky/lib/librocky_vacount.so"
@@ -201,7 +201,7 @@ def _install(root: SimRoot, pinned: bool, cross: bool) -> None:
 
 
 def _build_vacount(root: SimRoot) -> None:
-    src = resources.files("rocky_vulkan").joinpath("data/sim-vacount.c").read_text()
+    src = resources.files("rocky_vulkan.sim").joinpath("vacount.c").read_text()
     lib_dir = root.host_path(os.path.dirname(VACOUNT_LIB))
     lib_dir.mkdir(parents=True, exist_ok=True)
     copy = lib_dir / "vacount.c"

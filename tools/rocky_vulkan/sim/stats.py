@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .guest import Driver, guest_argv, guest_env
-from .root import Bind, SimRoot, say
-from .sweep import MODEL_DIR, OUT_DIR, bench_argv
+from rocky_vulkan.sim.guest import Driver, guest_argv, guest_env
+from rocky_vulkan.sim.root import Bind, SimRoot, say
+from rocky_vulkan.sim.sweep import MODEL_DIR, OUT_DIR, bench_argv
 
 DEFAULT_FILTER = "matmul"
 _HEADER = re.compile(r"ggml_vulkan: pipeline stats for (\S+):\s*$")

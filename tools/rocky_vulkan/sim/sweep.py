@@ -14,8 +14,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .guest import Driver, guest_argv, guest_env, parse_vacount
-from .root import Bind, SimRoot, say
+from rocky_vulkan.sim.guest import Driver, guest_argv, guest_env, parse_vacount
+from rocky_vulkan.sim.root import Bind, SimRoot, say
 
 MODEL_DIR = "/mnt/rocky-model"
 OUT_DIR = "/mnt/rocky-out"

@@ -1,4 +1,4 @@
-"""`python3 -m rocky_selftest` / `python3 -m rocky_vulkan.selftest`."""
+"""`python3 -m rocky_selftest`: the self-test without the console script."""
 
 import sys
 

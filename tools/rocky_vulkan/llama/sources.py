@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .errors import UserError
+from rocky_vulkan.errors import UserError
 
 LLAMA_COMMIT = "389ff61d77b5c71cec0cf92fe4e5d01ace80b797"
 LLAMA_BUILD = 9101
@@ -90,7 +90,7 @@ def git_blob(data: bytes) -> str:
 
 def blob_table() -> dict[str, str]:
     """path -> expected git blob id for every file of ggml-vulkan at the pin."""
-    text = resources.files("rocky_vulkan").joinpath("data", BLOB_TABLE).read_text()
+    text = resources.files("rocky_vulkan.llama").joinpath(BLOB_TABLE).read_text()
     table: dict[str, str] = {}
     for line in text.splitlines():
         if line.strip() and not line.startswith("#"):
@@ -119,7 +119,7 @@ def source_key(patches: list[Path], *, lavapipe_hooks: bool = False) -> str:
     h = hashlib.sha256(f"{LLAMA_COMMIT}\n{TREE_SDIST}\n{SHADER_SDIST}\n".encode())
     if lavapipe_hooks:
         h.update(repr(LAVAPIPE_HOOKS).encode())
-    h.update(resources.files("rocky_vulkan").joinpath("data", BLOB_TABLE).read_bytes())
+    h.update(resources.files("rocky_vulkan.llama").joinpath(BLOB_TABLE).read_bytes())
     for p in patches:
         # Only the diff decides the tree: rewording a commit message keeps the cached build.
         text = Path(p).read_bytes()
@@ -414,14 +414,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     k.add_argument("--patch", action="append", default=[])
     k.add_argument("--lavapipe-hooks", action="store_true")
     k.set_defaults(func=_run_key)
-    from . import warptile
+    from rocky_vulkan.tiles import warptile
 
     warptile.register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point without the full CLI (for CI scripts that only have the standard library)."""
-    from .cli import run_subcommand
+    from rocky_vulkan.cli import run_subcommand
 
     return run_subcommand(register, "llama-src", argv)
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Check every -Dname=value bitbake passes to Mesa's meson against a Mesa tree's meson.options.
 
-    tools/mesa-meson-check.py BITBAKE_E_DUMP MESON_OPTIONS
+    tools/scripts/mesa-meson-check.py BITBAKE_E_DUMP MESON_OPTIONS
 
-BITBAKE_E_DUMP: `bitbake -e mesa` (or mesa-tools-native) output, e.g. from tools/bitbake-env.sh.
+BITBAKE_E_DUMP: `bitbake -e mesa` (or mesa-tools-native) output, e.g. from
+tools/scripts/bitbake-env.sh.
 MESON_OPTIONS: meson.options of the pinned Mesa release. Meson stops on an unknown option or a
 value outside an option's choices, so a Mesa bump on oe-core's older mesa.inc must pass this.
 Exit 0: every option exists and every value is allowed; 1 otherwise.

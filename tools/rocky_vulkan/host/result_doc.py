@@ -14,8 +14,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
-from .selftest import RESULT_SCHEMA, RESULT_SCHEMA_VERSION
+from rocky_selftest import RESULT_SCHEMA, RESULT_SCHEMA_VERSION
+
+from rocky_vulkan.errors import UserError
 
 MODES = ("tuned", "stock", "cpu")
 RATIO_NUMBERS = ("tuned_tps", "stock_tps", "cpu_tps", "ratio", "required_ratio")

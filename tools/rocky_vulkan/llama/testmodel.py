@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UserError
+from rocky_vulkan.errors import UserError
 
 # gguf-py writes these itself; anything else (Q4_K, ...) needs llama-quantize.
 FTYPES = {"f32": 0, "f16": 1, "q8_0": 7}

@@ -2,9 +2,9 @@
 # yocto-check-layer on the three committed layers, offline, in a fresh build dir (the tool skips
 # a layer already in BBLAYERS), with the pinned upstream layers as dependencies.
 #
-#   tools/yocto-check-layer.sh MIRRORS OUT [LAYER...]
+#   tools/scripts/yocto-check-layer.sh MIRRORS OUT [LAYER...]
 #
-# MIRRORS and OUT as for tools/bitbake-env.sh (run that first: it checks the upstream repos out
+# MIRRORS and OUT as for tools/scripts/bitbake-env.sh (run that first: it checks the upstream repos out
 # under OUT/work). LAYER: names under meta-rocky-vulkan/ (default: all three), to recheck one
 # layer after a change to it alone. Writes OUT/yocto-check-layer.log; exit status is
 # yocto-check-layer's. The upstream layers are dependencies, not tested (--no-auto-dependency).
@@ -59,4 +59,4 @@ export KAS_WORK_DIR="$work" KAS_BUILD_DIR="$work/ycl-kas" LANG=en_US.UTF-8 LC_AL
 
 git rev-parse HEAD > "$out/yocto-check-layer.commit"
 kas shell "kas/${machines[0]}.yml:kas/offline.yml" \
-    -c "bash '$root/tools/yocto-check-layer.sh' --inner '$work' '$out' '${machines[*]}' ${layers[*]}"
+    -c "bash '$root/tools/scripts/yocto-check-layer.sh' --inner '$work' '$out' '${machines[*]}' ${layers[*]}"

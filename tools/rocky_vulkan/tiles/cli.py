@@ -8,15 +8,16 @@ import datetime
 import json
 from pathlib import Path
 
-from . import tiles_prune, tilespace, warptile
-from .errors import UserError
+from rocky_vulkan.config import load_config
+from rocky_vulkan.errors import UserError
+from rocky_vulkan.tiles import WARPTILE_PATCH, prune, space, warptile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "tiles",
         help="matmul tile candidates for the board's tuner, pruned on the simulated G610",
-        description=tilespace.__doc__,
+        description=space.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tsub = parser.add_subparsers(dest="tiles_command", required=True)
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = tsub.add_parser(
         "prune",
         help="compile each candidate on the simulated G610, keep the spill-free ones",
-        description=tiles_prune.__doc__,
+        description=prune.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     where = p.add_mutually_exclusive_group(required=True)
@@ -68,14 +69,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out",
         type=Path,
-        default=tiles_prune.DATA_PATH,
-        help="where the pruned list goes (default: %(default)s)",
+        required=True,
+        help="where the pruned list goes (the committed list is "
+        "tools/rocky_vulkan/tiles/tile_candidates.json in a checkout)",
     )
     p.set_defaults(func=_prune)
 
 
+def _builtin(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
+    """The built-in Mali tiles, read from the project's warptile patch (named in the config)."""
+    cfg = load_config(args.config)
+    if WARPTILE_PATCH not in cfg.llama_cpp.patches:
+        raise UserError(
+            f"{cfg.path}: llama_cpp.patches does not list {WARPTILE_PATCH}, which holds the "
+            "built-in Mali tiles: add it back"
+        )
+    return space.builtin_tiles(cfg.patch_paths((WARPTILE_PATCH,))[0])
+
+
 def _candidates(args: argparse.Namespace) -> int:
-    cands = tilespace.candidates()
+    cands = space.candidates(_builtin(args))
     if args.json:
         print(json.dumps([c.to_json() for c in cands], indent=1))
         return 0
@@ -89,10 +102,11 @@ def _candidates(args: argparse.Namespace) -> int:
 
 def _panvk_runner(args: argparse.Namespace):
     """spec -> (exit status, stderr) of llama-bench -v in the native root of `sim prove`."""
-    from .selftest.runner import run_tool
-    from .selftest.tune_spec import ENV_VAR
-    from .sim.prove import SCRIPT
-    from .sim.sweep import bench_argv
+    from rocky_selftest.runner import run_tool
+    from rocky_selftest.tune_spec import ENV_VAR
+
+    from rocky_vulkan.sim.prove import SCRIPT
+    from rocky_vulkan.sim.sweep import bench_argv
 
     root = args.panvk_root.resolve()
     driver = args.driver or "patched"
@@ -109,7 +123,7 @@ def _panvk_runner(args: argparse.Namespace):
 
     def run(spec: str) -> tuple[int, str]:
         cmd = ["bash", str(SCRIPT), "run", "--driver", driver, "--", "env"]
-        cmd += [f"{ENV_VAR}={spec}", f"GGML_VK_PIPELINE_STATS={tiles_prune.STATS_FILTER}"]
+        cmd += [f"{ENV_VAR}={spec}", f"GGML_VK_PIPELINE_STATS={prune.STATS_FILTER}"]
         cmd += [args.llama_bench, *bench_argv(str(args.model), 512, 512, 1), "-v"]
         # run_tool kills the whole process group on timeout: llama-bench in the chroot too.
         res = run_tool(cmd, {"MESA_ROOT": str(root)}, args.timeout)
@@ -125,10 +139,11 @@ def _panvk_runner(args: argparse.Namespace):
 
 def _sim_runner(args: argparse.Namespace):
     """spec -> (exit status, stderr) of llama-bench -v in the sim root, logs kept per spec."""
-    from .selftest.tune_spec import ENV_VAR
-    from .sim.guest import guest_argv, guest_env, resolve_driver
-    from .sim.root import Bind, SimRoot
-    from .sim.sweep import MODEL_DIR, bench_argv
+    from rocky_selftest.tune_spec import ENV_VAR
+
+    from rocky_vulkan.sim.guest import guest_argv, guest_env, resolve_driver
+    from rocky_vulkan.sim.root import Bind, SimRoot
+    from rocky_vulkan.sim.sweep import MODEL_DIR, bench_argv
 
     root = SimRoot(args.sim_root)
     root.require()
@@ -140,7 +155,7 @@ def _sim_runner(args: argparse.Namespace):
     counter = iter(range(1, 10_000))
 
     def run(spec: str) -> tuple[int, str]:
-        extra = {ENV_VAR: spec, "GGML_VK_PIPELINE_STATS": tiles_prune.STATS_FILTER}
+        extra = {ENV_VAR: spec, "GGML_VK_PIPELINE_STATS": prune.STATS_FILTER}
         env = guest_env(driver, None, extra)
         # -v: ggml-vulkan's info line (the tiles in use) and a rejection would be dropped.
         argv = guest_argv(
@@ -156,8 +171,8 @@ def _sim_runner(args: argparse.Namespace):
 
 
 def _prune(args: argparse.Namespace) -> int:
-    builtin = tilespace.builtin_tiles()
-    cands = tilespace.candidates(builtin)
+    builtin = _builtin(args)
+    cands = space.candidates(builtin)
     if args.only:
         wanted = set(args.only.split(","))
         unknown = wanted - {c.name for c in cands}
@@ -171,7 +186,7 @@ def _prune(args: argparse.Namespace) -> int:
     else:
         run, driver = _sim_runner(args)
         driver_name = driver.name
-    records = tiles_prune.prune(cands, run, args.max_spills)
+    records = prune.prune(cands, run, args.max_spills)
     provenance = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "llama_bench": args.llama_bench,
@@ -180,8 +195,8 @@ def _prune(args: argparse.Namespace) -> int:
         "root": "sim prove (native panvk + drm-shim)" if args.panvk_root else "sim setup (qemu)",
         "max_spills": args.max_spills,
     }
-    doc = tiles_prune.document(cands, builtin, records, provenance)
-    tiles_prune.write_document(doc, args.out)
+    doc = prune.document(cands, builtin, records, provenance)
+    prune.write_document(doc, args.out)
     kept = sum(1 for e in doc["candidates"] if e["kept"])
     print(f"wrote {args.out}: {kept} of {len(cands)} candidates kept")
     return 0

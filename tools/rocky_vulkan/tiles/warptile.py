@@ -15,7 +15,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .errors import UserError
+from rocky_vulkan.errors import UserError
 
 VULKAN_CPP = "ggml/src/ggml-vulkan/ggml-vulkan.cpp"
 FIELDS = ("BLOCK_SIZE", "BM", "BN", "BK", "WM", "WN", "WMITER", "TM", "TN", "TK", "WARP")

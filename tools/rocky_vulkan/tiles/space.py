@@ -33,8 +33,7 @@ import itertools
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .errors import UserError
-from .selftest.tune_spec import (
+from rocky_selftest.tune_spec import (
     FIELDS,
     G610,
     Limits,
@@ -45,7 +44,9 @@ from .selftest.tune_spec import (
     spec_problems,
     tile_problems,
 )
-from .warptile import mali_tiles_from_patch
+
+from rocky_vulkan.errors import UserError
+from rocky_vulkan.tiles.warptile import mali_tiles_from_patch
 
 __all__ = [
     "FIELDS",
@@ -58,7 +59,6 @@ __all__ = [
     "parse_spec",
 ]
 
-PATCH = Path(__file__).resolve().parents[2] / "patches" / "llama.cpp-mali-mmq-warptile.patch"
 SHAPES = ((64, 64), (128, 64), (64, 128))
 WARP = 16
 MMQ_BK = 32
@@ -100,8 +100,8 @@ def estimated_registers(values: tuple[int, ...]) -> int:
     return accumulators(values) + A_BLOCK_WORDS * v["WMITER"] * v["TM"] + B_BLOCK_WORDS
 
 
-def builtin_tiles(patch: Path = PATCH) -> dict[str, tuple[int, ...]]:
-    """The built-in Mali large tiles per family, read from our llama.cpp patch."""
+def builtin_tiles(patch: Path) -> dict[str, tuple[int, ...]]:
+    """The built-in Mali large tiles per family, read from our llama.cpp patch (WARPTILE_PATCH)."""
     return mali_tiles_from_patch(patch)
 
 
@@ -121,11 +121,8 @@ def _name(tile_k: tuple[int, ...], tile_i: tuple[int, ...]) -> str:
     return f"{bm}x{bn}-b{bs}-w{wm}x{wn}-t{tm}x{tn}-s{step}-i{tile_i[6]}"
 
 
-def candidates(
-    builtin: dict[str, tuple[int, ...]] | None = None, limits: Limits = G610
-) -> list[Candidate]:
+def candidates(builtin: dict[str, tuple[int, ...]], limits: Limits = G610) -> list[Candidate]:
     """Every candidate of the bounded space, the built-in pair first (marked builtin=True)."""
-    builtin = builtin_tiles() if builtin is None else builtin
     out: list[Candidate] = []
     seen: set[str] = set()
 

@@ -6,8 +6,8 @@ GGML_VK_MALI_WARPTILE=<spec> and GGML_VK_PIPELINE_STATS=<filter>. ggml-vulkan pr
 statistics (Spills, Fills, Registers used, ...) as it creates each pipeline; the GPU work itself
 is not executed, so the run proves only that the spec is accepted and compiles, and what the
 compiler made of it. panvk reports no shared-memory statistic: shared memory is the shader's
-formula (tune_spec.shared_bytes). The result is tools/rocky_vulkan/data/tile_candidates.json,
-shipped in the image for `rocky-selftest tune`.
+formula (tune_spec.shared_bytes). The result, committed as
+tools/rocky_vulkan/tiles/tile_candidates.json, is shipped in the image for `rocky-selftest tune`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .selftest.results import write_atomic
-from .selftest.tune_spec import ENV_VAR
-from .sim.stats import parse_stats
-from .tilespace import Candidate
+from rocky_selftest.results import write_atomic
+from rocky_selftest.tune_spec import ENV_VAR
 
-DATA_PATH = Path(__file__).resolve().parent / "data" / "tile_candidates.json"
+from rocky_vulkan.sim.stats import parse_stats
+from rocky_vulkan.tiles.space import Candidate
+
 SCHEMA = "rocky-tile-candidates"
 SCHEMA_VERSION = 1
 # The large integer-dot pipelines: matmul_<type>_q8_1_l (f16acc variants end in _f16acc_l).
@@ -142,6 +142,6 @@ def document(
     }
 
 
-def write_document(doc: dict[str, Any], path: Path = DATA_PATH) -> None:
+def write_document(doc: dict[str, Any], path: Path) -> None:
     text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
     write_atomic(str(path), text.encode("utf-8"))

@@ -7,7 +7,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
-from .errors import UserError
+from rocky_vulkan.errors import UserError
 
 LSBLK_COLUMNS = "NAME,PATH,SIZE,TYPE,RM,HOTPLUG,RO,MOUNTPOINTS,MODEL,TRAN"
 # Mount points whose disk is the running system: never a flash target, not even with --force.

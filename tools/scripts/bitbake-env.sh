@@ -4,7 +4,7 @@
 # signatures, nothing run), `bitbake -e` of the recipes whose values we render; and, for the
 # first machine, the image refused without the model licence.
 #
-#   tools/bitbake-env.sh MIRRORS OUT [MACHINE...]
+#   tools/scripts/bitbake-env.sh MIRRORS OUT [MACHINE...]
 #
 # MIRRORS holds git mirrors named bitbake, openembedded-core, meta-yocto, meta-arm and
 # meta-rockchip (e.g. `git clone --mirror`); kas maps the pinned URLs to them (KAS_PREMIRRORS)

@@ -8,8 +8,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from .config import Reference, load_config
-from .result_doc import MODES, ResultError, checked, load_result
+from rocky_vulkan.config import Reference, load_config
+from rocky_vulkan.host.result_doc import MODES, ResultError, checked, load_result
 
 __all__ = ["ResultError", "load_result", "plot", "sweep_series", "table_rows"]
 
@@ -246,7 +246,7 @@ def _print_tune(console, tune: dict[str, Any], ref: Reference, out: Path) -> Non
     from rich.table import Table
     from rich.text import Text
 
-    from .tune_report import plot_tune, sim_by_spec, tune_rows
+    from rocky_vulkan.tiles.report import plot_tune, sim_by_spec, tune_rows
 
     used = f"{tune['elapsed_s']:.0f}" if tune["elapsed_s"] is not None else "?"
     budget = f"{tune['budget_s']:.0f}" if tune["budget_s"] is not None else "?"

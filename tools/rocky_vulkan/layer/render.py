@@ -15,10 +15,13 @@ import tempfile
 from pathlib import Path
 
 import jinja2
+import rocky_selftest
 
-from . import __version__, escape
-from .config import PATCH_DIR_NAME, Config, load_config
-from .errors import UserError
+from rocky_vulkan import __version__
+from rocky_vulkan.config import PATCH_DIR_NAME, Config, load_config
+from rocky_vulkan.errors import UserError
+from rocky_vulkan.layer import escape
+from rocky_vulkan.tiles import CANDIDATES_PATH
 
 LAYER_DIR = "meta-rocky-vulkan"
 KAS_DIR = "kas"
@@ -40,7 +43,7 @@ MODEL_RECIPE = "rocky-model"
 MODEL_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/{MODEL_RECIPE}"
 # The LICENSE_FLAGS of the model recipe: building the image needs it in LICENSE_FLAGS_ACCEPTED.
 MODEL_LICENSE_FLAG = "qwen-research"
-SELFTEST_SOURCES = Path(__file__).resolve().parent / "selftest"
+SELFTEST_SOURCES = Path(rocky_selftest.__file__).resolve().parent
 
 # Where things live on the board (the recipes install them there, the config points there).
 BOARD_BINDIR = "/usr/bin"
@@ -53,7 +56,6 @@ BOARD_STAMP = f"{BOARD_RESULTS_DIR}/first-boot.stamp"
 BOARD_TUNE_STAMP = f"{BOARD_RESULTS_DIR}/tune-done.stamp"
 BOARD_TILES_ENV = f"{BOARD_RESULTS_DIR}/tuned-tiles.env"  # selftest/tune_files.ENV_NAME
 BOARD_TILE_CANDIDATES = f"{BOARD_SELFTEST_LIBDIR}/tile_candidates.json"
-TILE_CANDIDATES = Path(__file__).resolve().parent / "data" / "tile_candidates.json"
 # Staging dirs of a render, beside the outputs (same file system, so the swap is a rename);
 # .gitignore lists them and the next render removes any a killed one left behind.
 STAGING_PREFIX = ".render-"
@@ -68,7 +70,7 @@ class RenderError(UserError):
 def _environment() -> jinja2.Environment:
     """The template environment (cached: it keeps the compiled templates)."""
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("rocky_vulkan", "templates"),
+        loader=jinja2.PackageLoader("rocky_vulkan.layer", "templates"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -89,8 +91,8 @@ def selftest_sources() -> list[str]:
 
 
 def selftest_board_config(cfg: Config) -> dict:
-    """The board's /etc/rocky-selftest/config.json (read by rocky_vulkan.selftest.settings)."""
-    from .selftest import CONFIG_SCHEMA_VERSION
+    """The board's /etc/rocky-selftest/config.json (read by rocky_selftest.settings)."""
+    from rocky_selftest import CONFIG_SCHEMA_VERSION
 
     st = cfg.selftest
     return {
@@ -286,7 +288,7 @@ def _copied_files(cfg: Config) -> list[tuple[Path, str]]:
         for name in selftest_sources()
     ]
     # The tuner's candidates (`rocky-vulkan tiles prune`), data for `rocky-selftest tune`.
-    copies.append((TILE_CANDIDATES, f"{SELFTEST_FILES}/tile_candidates.json"))
+    copies.append((CANDIDATES_PATH, f"{SELFTEST_FILES}/tile_candidates.json"))
     return copies
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UserError
+from rocky_vulkan.errors import UserError
 
 
 @dataclass(frozen=True)

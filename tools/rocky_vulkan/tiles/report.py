@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .config import Reference
-from .tiles_prune import DATA_PATH
+from rocky_vulkan.config import Reference
+from rocky_vulkan.tiles import CANDIDATES_PATH
 
 MAX_BARS = 40
 
 
-def sim_by_spec(path: Path = DATA_PATH) -> dict[str, dict[str, Any]]:
+def sim_by_spec(path: Path = CANDIDATES_PATH) -> dict[str, dict[str, Any]]:
     """{spec: candidate entry} of the shipped list ({} when it is missing or unreadable)."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))

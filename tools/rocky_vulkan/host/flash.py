@@ -11,9 +11,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import blockdev
-from .bmap import bmap_for, parse_bmap, verify_device
-from .errors import UserError
+from rocky_vulkan.errors import UserError
+from rocky_vulkan.host import blockdev
+from rocky_vulkan.host.bmap import bmap_for, parse_bmap, verify_device
 
 BMAPTOOL_FIX = "sudo apt-get install bmap-tools (bmaptool is not on PyPI)"
 

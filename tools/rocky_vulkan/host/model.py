@@ -19,8 +19,8 @@ from pathlib import Path
 import requests
 import urllib3
 
-from .config import load_config
-from .errors import UserError
+from rocky_vulkan.config import load_config
+from rocky_vulkan.errors import UserError
 
 CHUNK = 1 << 20
 # Small network reads: what arrived before a connection dies is on disk for the resume.

@@ -1,0 +1,1 @@
+"""The layer pipeline: config -> templates -> meta-rocky-vulkan/ and kas/ (render), then lint."""
