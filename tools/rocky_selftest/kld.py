@@ -20,12 +20,11 @@ from typing import Any
 
 from .runner import run_tool
 from .settings import Settings
+from .tune_spec import MALI_TILES_MARKER, STOCK_TILES_MARKER
 
 TEXT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kld_text.txt")
 KLD_CTX = 512  # context per chunk = batch size (>= 128: L tiles)
 KLD_CHUNKS = 2  # 2 x 512 tokens of text; KLD over the last half of each chunk
-# ggml-vulkan with our patch logs this at info level when the Mali tiles are active.
-MALI_TILES_MARKER = "using Mali matmul warptiles"
 OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _NUM = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)"
 STATS = {
@@ -38,7 +37,6 @@ STATS = {
 }
 REQUIRED = ("mean_kld", "same_top_p")
 TOO_SHORT = re.compile(r"you need at least (\d+) tokens.*?tokenizes to only (\d+) tokens", re.S)
-STOCK_TILES_MARKER = "using stock matmul warptiles"
 # Debug-level lines of llama.cpp's loader. Seeing one proves the tool ran verbose (llama-bench -v,
 # or -lv 4 given before -dev) while the devices were set up, so ggml-vulkan's info line about the
 # tiles was not dropped: without it the tiles were the stock ones. ggml-vulkan's device list is no

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import kld
-from .bench import Deadline, bench_command, device_problem, parse_bench_json
+from .bench import Deadline, bench_command, device_problem, median, parse_bench_json
 from .outcome import now
 from .results import os_error_text, read_result, write_result
 from .runner import run_tool
@@ -40,34 +40,13 @@ from .tune_files import (
     write_choice,
     write_progress,
 )
-from .tune_spec import ENV_VAR
+from .tune_spec import ENV_VAR, MALI_TILES_MARKER, rejection, spec_applied
 
-REJECTED_MARKER = f"{ENV_VAR} spec rejected: "
-APPLIED_MARKER = kld.MALI_TILES_MARKER
 TUNE_UB = 512
 MAX_IN_FLIGHT = 2  # interrupted this often mid-run: the candidate is given up
 DONE, SWEEP, REPEAT, VALIDATE = "done", "sweep", "repeat", "validate"
 
 Log = Callable[[str], None]
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def rejection(stderr: str) -> str | None:
-    """The rule ggml-vulkan named when it refused the spec (it then runs the built-in tiles)."""
-    for line in stderr.splitlines():
-        if REJECTED_MARKER in line:
-            rule = line.split(REJECTED_MARKER, 1)[1]
-            return rule.split("; using the built-in", 1)[0].strip()[:200]
-    return None
-
-
-def spec_applied(stderr: str, spec: str) -> bool:
-    return any(APPLIED_MARKER in ln and spec in ln for ln in stderr.splitlines())
 
 
 def tune_bench(s: Settings, spec: str, timeout_s: float) -> dict[str, Any]:
@@ -84,7 +63,7 @@ def tune_bench(s: Settings, spec: str, timeout_s: float) -> dict[str, Any]:
     if reason is None and entry is not None:
         reason = device_problem(s, "tuned", entry)
     if reason is None and not spec_applied(res.stderr, spec):
-        reason = f"no '{APPLIED_MARKER} ... <spec>' line: the spec did not reach ggml-vulkan"
+        reason = f"no '{MALI_TILES_MARKER} ... <spec>' line: the spec did not reach ggml-vulkan"
     if reason:
         rec.update(reason=reason, rejected=bool(rule), stderr_tail=res.stderr_tail()[-800:])
     else:
@@ -138,7 +117,7 @@ class Tuner:
         return bool(r.get("tps")) and "reason" not in r
 
     def median(self, name: str) -> float:
-        return _median(self.p["results"][name]["tps"])
+        return median(self.p["results"][name]["tps"])
 
     def ranking(self) -> list[str]:
         names = [n for n in self.by_name if self.ok(n)]

@@ -414,9 +414,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     k.add_argument("--patch", action="append", default=[])
     k.add_argument("--lavapipe-hooks", action="store_true")
     k.set_defaults(func=_run_key)
-    from rocky_vulkan.tiles import warptile
-
-    warptile.register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -178,8 +178,8 @@ def _register_prove(sub: argparse._SubParsersAction) -> None:
         "--mesa-git",
         type=Path,
         default=os.environ.get("ROCKY_MESA_GIT") or None,
-        help="git dir holding the Mesa tree (default: $ROCKY_MESA_GIT); no Mesa tarball is "
-        "reachable, e.g. use the leegao/mesa-26.2 snapshot",
+        help="git dir holding Mesa 26.2.0-rc1, the tree the patch was verified on (default: "
+        "$ROCKY_MESA_GIT), e.g. a clone of github.com/leegao/mesa-26.2",
     )
     p.add_argument(
         "--mesa-commit",

@@ -77,8 +77,9 @@ def check_args(args: ProveArgs) -> None:
         args.mesa_git,
         args.mesa_commit,
         "--mesa-git",
-        "No Mesa tarball is reachable from CI or this machine, so the Mesa tree is an input: "
-        "a git dir holding Mesa 26.2.0-rc1, e.g. the `leegao/mesa-26.2` snapshot "
+        "No Mesa tarball is used: the Mesa tree is an input, "
+        "a git dir holding Mesa 26.2.0-rc1 (the tree the patch was verified on), e.g. a clone of "
+        "github.com/leegao/mesa-26.2 "
         f"(commit {DEFAULT_MESA_COMMIT}), given with --mesa-git DIR or ROCKY_MESA_GIT.",
     )
     _check_commit(

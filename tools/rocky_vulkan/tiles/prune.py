@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from rocky_selftest.results import write_atomic
-from rocky_selftest.tune_spec import ENV_VAR
+from rocky_selftest.tune_spec import (
+    IGNORED_MARKER,
+    MALI_TILES_MARKER,
+    rejection,
+    spec_applied,
+)
 
 from rocky_vulkan.sim.stats import parse_stats
 from rocky_vulkan.tiles.space import Candidate
@@ -28,9 +33,6 @@ SCHEMA = "rocky-tile-candidates"
 SCHEMA_VERSION = 1
 # The large integer-dot pipelines: matmul_<type>_q8_1_l (f16acc variants end in _f16acc_l).
 STATS_FILTER = "q8_1"
-REJECTED_MARKER = f"ggml_vulkan: {ENV_VAR} spec rejected: "
-APPLIED_MARKER = "using Mali matmul warptiles"
-IGNORED_MARKER = f"ggml_vulkan: ignoring {ENV_VAR}="  # a patch from before tile specs
 KEEP_STATUS = "kept"
 
 # A run: spec -> (exit status, stderr). The real one runs llama-bench in the sim root.
@@ -59,19 +61,6 @@ def large_pipelines(stderr: str) -> dict[str, dict[str, int | None]]:
     return out
 
 
-def rejection(stderr: str) -> str | None:
-    """The rule the patched ggml-vulkan named when it refused the spec, or None."""
-    for line in stderr.splitlines():
-        if line.startswith(REJECTED_MARKER):
-            return line[len(REJECTED_MARKER) :].split("; using the built-in", 1)[0].strip()
-    return None
-
-
-def spec_applied(stderr: str, spec: str) -> bool:
-    """ggml-vulkan's info line names the tiles in use, the spec included."""
-    return any(APPLIED_MARKER in ln and spec in ln for ln in stderr.splitlines())
-
-
 def judge(cand: Candidate, returncode: int, stderr: str, max_spills: int = 0) -> dict[str, Any]:
     """The sim record of one candidate: what compiled, and whether it is kept."""
     pipes = large_pipelines(stderr)
@@ -86,7 +75,9 @@ def judge(cand: Candidate, returncode: int, stderr: str, max_spills: int = 0) ->
     elif IGNORED_MARKER in stderr:
         rec.update(status="failed", reason="this llama-bench does not know tile specs (old patch)")
     elif not spec_applied(stderr, cand.spec):
-        rec.update(status="failed", reason=f"no '{APPLIED_MARKER} ... {cand.spec}' line in the log")
+        rec.update(
+            status="failed", reason=f"no '{MALI_TILES_MARKER} ... {cand.spec}' line in the log"
+        )
     elif not pipes or None in spills:
         rec.update(status="failed", reason="no statistics of a large q8_1 pipeline in the log")
     else:

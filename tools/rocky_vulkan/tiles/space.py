@@ -10,8 +10,8 @@ shader compile on the simulated G610 (minutes under emulation) and a pp512 run o
   (each large pipeline takes its wg_denoms from its own tile, so any shape works; larger tiles
   reuse each loaded block more but leave fewer workgroups for the G610's 4 cores at pp512).
 - WARP = 16 (the G610's subgroup), BK = 32 (fixed in mul_mmq.comp), TK = 1 (coopmat only).
-- 8 or 16 accumulators per thread (WM*WN/WARP): the built-in tile's 16 already reach 62
-  registers with 6 spills on matmul_q4_k_q8_1_l on the simulated G610 (docs/verification/sim.md),
+- 8 or 16 accumulators per thread (WM*WN/WARP): the built-in tile's 16 already reach 60
+  registers with 7 spills on matmul_q4_k_q8_1_l on the simulated G610 (tile_candidates.json),
   so 32 cannot stay in the 64 registers a thread has at full occupancy (the stock 128 spill 604
   times); 4 leaves each thread too little work to hide a 1024-thread workgroup's barriers.
 - Estimated live registers <= 64: accumulators + the register cache of A (WMITER*TM blocks of
@@ -36,6 +36,7 @@ from pathlib import Path
 from rocky_selftest.tune_spec import (
     FIELDS,
     G610,
+    MMQ_BK,
     Limits,
     SpecError,
     format_spec,
@@ -61,7 +62,6 @@ __all__ = [
 
 SHAPES = ((64, 64), (128, 64), (64, 128))
 WARP = 16
-MMQ_BK = 32
 BLOCK_SIZES = (128, 256, 512)
 WARP_TILE_SIDES = (8, 16, 32)
 THREAD_TILES = ((1, 2), (2, 1), (2, 2))

@@ -15,10 +15,11 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rocky_selftest.tune_spec import FIELDS, MMQ_Q8_0_A_BYTES
+
 from rocky_vulkan.errors import UserError
 
 VULKAN_CPP = "ggml/src/ggml-vulkan/ggml-vulkan.cpp"
-FIELDS = ("BLOCK_SIZE", "BM", "BN", "BK", "WM", "WN", "WMITER", "TM", "TN", "TK", "WARP")
 # Values of the variables the non-coopmat branch of ggml_vk_load_shaders uses, at subgroup 16.
 SUBGROUP_16 = {
     "subgroup_size_8": 16,
@@ -33,9 +34,8 @@ SUBGROUP_16 = {
     "tk_l": 1, "tk_m": 1, "tk_s": 1,
 }  # fmt: skip
 DEFAULT_BK_STEP = 4  # mul_mmq.comp's value when the pipeline passes no 12th constant
-# Shared-memory bytes per BK block in mul_mmq.comp for q8_0 with fp16 (block_a_cache: 8 x int32 +
-# float16_t, padded to 36; block_b_cache: 8 x int32 + f16vec2).
-MMQ_Q8_0_A_BYTES = 36
+# Shared-memory bytes per BK block in mul_mmq.comp for q8_0 with fp16: block_a_cache is
+# MMQ_Q8_0_A_BYTES (8 x int32 + float16_t, padded), block_b_cache 8 x int32 + f16vec2.
 MMQ_Q8_0_B_BYTES = 36
 TILES = ("l_warptile", "l_warptile_mmq", "l_warptile_mmq_int", "l_warptile_mmq_int_k",
          "m_warptile", "m_warptile_mmq_int", "s_warptile", "s_warptile_mmq", "s_warptile_mmq_int",
@@ -177,13 +177,6 @@ def _run(args: argparse.Namespace) -> int:
               f"{t.shared_bytes:11} {m.shared_bytes:10}")  # fmt: skip
     print("wg_denoms:", json.dumps(rep["denoms"]))
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tiles", help="accumulators per thread and tile rule, stock vs Mali")
-    p.add_argument("dir", help="llama.cpp source tree (patched)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_run)
 
 
 MALI_BRANCH = "} else if (device->mali_warptile) {"

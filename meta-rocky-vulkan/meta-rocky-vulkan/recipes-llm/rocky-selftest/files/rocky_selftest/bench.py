@@ -183,7 +183,7 @@ def sweep(s: Settings, deadline: Deadline, log=print) -> tuple[Check, list[dict[
     return passed("sweep", f"{len(runs)} runs, ub {ubs}, modes {modes}: no crash"), runs
 
 
-def _median(values: list[float]) -> float:
+def median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
@@ -221,7 +221,7 @@ def ratio(s: Settings, deadline: Deadline, log=print) -> tuple[Check, dict[str, 
     if bad:
         first = bad[0]
         return failed("ratio", f"{first['mode']} run failed: {first['reason']}"), doc
-    tps = {m: _median([r["avg_ts"] for r in runs if r["mode"] == m]) for m in MODES}
+    tps = {m: median([r["avg_ts"] for r in runs if r["mode"] == m]) for m in MODES}
     ok, text = ratio_verdict(s, tps["tuned"], tps["stock"], tps["cpu"])
     doc.update(
         tuned_tps=tps["tuned"],

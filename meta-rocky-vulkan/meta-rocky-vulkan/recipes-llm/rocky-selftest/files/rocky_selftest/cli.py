@@ -1,8 +1,9 @@
 """`rocky-selftest run|publish|status`: the first-boot self-test, its root-only publishing step
 and a look at its last result.
 
-On the board the unit runs `run` as an unprivileged DynamicUser (GPU groups only) and then, as its
-ExecStopPost=+, `publish` as root: motd and console need root, nothing else does.
+On the board the unit runs `run` as the unprivileged system user rocky-selftest (User=, GPU
+groups only) and then, as its ExecStopPost=+, `publish` as root: motd and console need root,
+nothing else does.
 """
 
 from __future__ import annotations

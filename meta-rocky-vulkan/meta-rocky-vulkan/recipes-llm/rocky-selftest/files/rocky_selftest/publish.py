@@ -23,7 +23,7 @@ START_FAILURES = {
     "200": "CHDIR",
     "203": "EXEC: the program could not be run",
     "216": "GROUP: a SupplementaryGroups= group is missing on this image",
-    "217": "USER: the DynamicUser could not be set up",
+    "217": "USER: the User= account could not be set up",
     "226": "NAMESPACE: the sandbox could not be set up",
     "238": "STATE_DIRECTORY: /var/lib/rocky-selftest could not be set up",
 }

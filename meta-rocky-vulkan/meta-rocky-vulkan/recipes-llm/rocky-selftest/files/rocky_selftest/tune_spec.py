@@ -39,6 +39,28 @@ MMQ_LUT_BYTES = 12288  # iq1_s / iq1_m lookup table, as ggml_vk_matmul_shmem_sup
 MXFP4_KVALUES_BYTES = 16
 
 
+# What our llama.cpp patch logs (ggml-vulkan.cpp), read by the self-test, the tuner and
+# `rocky-vulkan tiles prune`.
+MALI_TILES_MARKER = "using Mali matmul warptiles"  # info level, with the tiles in use
+STOCK_TILES_MARKER = "using stock matmul warptiles"
+REJECTED_MARKER = f"{ENV_VAR} spec rejected: "  # then the rule; the built-in tiles run
+IGNORED_MARKER = f"ignoring {ENV_VAR}="  # a patch from before tile specs
+
+
+def rejection(stderr: str) -> str | None:
+    """The rule ggml-vulkan named when it refused the spec (it then runs the built-in tiles)."""
+    for line in stderr.splitlines():
+        if REJECTED_MARKER in line:
+            rule = line.split(REJECTED_MARKER, 1)[1]
+            return rule.split("; using the built-in", 1)[0].strip()[:200]
+    return None
+
+
+def spec_applied(stderr: str, spec: str) -> bool:
+    """ggml-vulkan's info line names the tiles in use, the spec included."""
+    return any(MALI_TILES_MARKER in ln and spec in ln for ln in stderr.splitlines())
+
+
 class SpecError(ValueError):
     """A spec string that is malformed or breaks a rule; the message names which."""
 
