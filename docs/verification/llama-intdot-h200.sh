@@ -7,25 +7,10 @@
 # Needs beside the repo: .h200/llama-src.tar.gz (`llama-src prepare DIR` packed as full/) and
 # .h200/debs (trixie glslc, libshaderc1, libc6, libgcc-s1, libstdc++6, libvulkan-dev,
 # spirv-headers; bookworm libvulkan1).
-R=$(pwd); O=${OUT:-/tmp/out}; mkdir -p "$O"
-T0=$(date +%s); ts() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$O/steps.log"; }
-left() { local l=$(( 560 - ($(date +%s) - T0) )); [ "$l" -gt "$1" ] && echo "$1" || echo $(( l > 5 ? l : 5 )); }
-X=/tmp/x; mkdir -p $X; for f in "$R"/.h200/debs/*.deb; do dpkg -x "$f" $X; done
-cat > $X/glslc <<EOF
-#!/bin/sh
-exec $X/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path $X/usr/lib/x86_64-linux-gnu $X/usr/bin/glslc "\$@"
-EOF
-chmod +x $X/glslc
-LOADER=$(ldconfig -p | awk '/libvulkan.so.1 /{print $NF; exit}')
-[ -n "$LOADER" ] || { dpkg -x "$R"/.h200/debs/libvulkan1_*.deb /; ldconfig; LOADER=$(ldconfig -p | awk '/libvulkan.so.1 /{print $NF; exit}'); }
-[ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+. "$(dirname "${BASH_SOURCE[0]}")/h200-common.sh"   # R, O, ts, left (560 s), glslc, loader, ICD
 ts "glslc: $($X/glslc --version | head -1); loader $LOADER; nproc $(nproc); $(command -v cmake ninja g++ | tr '\n' ' ')"
-tar xzf "$R/.h200/llama-src.tar.gz" -C /tmp && S=/tmp/full
-cmake -S $S -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_VULKAN=ON -DGGML_NATIVE=ON \
-  -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=ON \
-  -DVulkan_INCLUDE_DIR=$X/usr/include -DVulkan_LIBRARY="$LOADER" -DVulkan_GLSLC_EXECUTABLE=$X/glslc \
-  -DLLAMA_BUILD_NUMBER=9101 -DLLAMA_BUILD_COMMIT=389ff61 > "$O/configure.log" 2>&1 || { tail -30 "$O/configure.log"; exit 1; }
-grep "supported by glslc" "$O/configure.log" | tee -a "$O/steps.log"
+h200_unpack
+h200_configure "$O"
 cmake --build /tmp/b -j "$(nproc)" --target test-backend-ops > "$O/build.log" 2>&1 || { tail -40 "$O/build.log"; exit 1; }
 ts built; B=/tmp/b/bin
 PYTHONPATH=$R/tools python3 -m tests.intdot_cases /tmp/intdot.cases

@@ -11,26 +11,12 @@
 # libvulkan1). Usage (device tool): bash docs/verification/llama-tilespec-h200.sh, carry .h200.
 # Status: written 2026-12-03 but NOT run yet: the session's device time was spent (215 s left, under
 # the 4 min a start needs). Its spec checks were run against the same C++ functions on this machine.
-R=$(pwd); O=${OUT:-/tmp/out}; L=/tmp/o; mkdir -p "$O" $L  # $O: steps.log + logs.tgz come back
-T0=$(date +%s); ts() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$O/steps.log"; }
-left() { local l=$(( 570 - ($(date +%s) - T0) )); [ "$l" -gt "$1" ] && echo "$1" || echo $(( l > 5 ? l : 5 )); }
-X=/tmp/x; mkdir -p $X; for f in "$R"/.h200/debs/*.deb; do dpkg -x "$f" $X; done
-cat > $X/glslc <<EOF
-#!/bin/sh
-exec $X/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path $X/usr/lib/x86_64-linux-gnu $X/usr/bin/glslc "\$@"
-EOF
-chmod +x $X/glslc
-LOADER=$(ldconfig -p | awk '/libvulkan.so.1 /{print $NF; exit}')
-[ -n "$LOADER" ] || { dpkg -x "$R"/.h200/debs/libvulkan1_*.deb /; ldconfig; LOADER=$(ldconfig -p | awk '/libvulkan.so.1 /{print $NF; exit}'); }
-[ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+L=/tmp/o; mkdir -p $L  # $O: steps.log + logs.tgz come back
+H200_BUDGET_S=570; . "$(dirname "${BASH_SOURCE[0]}")/h200-common.sh"   # R, O, ts, left, glslc, loader, ICD
 ts "glslc: $($X/glslc --version | head -1); loader $LOADER; nproc $(nproc)"
-tar xzf "$R/.h200/llama-src.tar.gz" -C /tmp && S=/tmp/full
+h200_unpack
 grep -c "ggml_vk_parse_mali_warptile_spec" $S/ggml/src/ggml-vulkan/ggml-vulkan.cpp | sed 's/^/spec parser in source: /' | tee -a "$O/steps.log"
-cmake -S $S -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_VULKAN=ON -DGGML_NATIVE=ON \
-  -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=ON \
-  -DVulkan_INCLUDE_DIR=$X/usr/include -DVulkan_LIBRARY="$LOADER" -DVulkan_GLSLC_EXECUTABLE=$X/glslc \
-  -DLLAMA_BUILD_NUMBER=9101 -DLLAMA_BUILD_COMMIT=389ff61 > "$L/configure.log" 2>&1 || { tail -30 "$L/configure.log"; exit 1; }
-grep "supported by glslc" "$L/configure.log" | tee -a "$O/steps.log"
+h200_configure "$L"
 cmake --build /tmp/b -j "$(nproc)" --target test-backend-ops > "$L/build.log" 2>&1 || { grep -B2 -A12 "error" "$L/build.log" | head -80; exit 1; }
 ts built; B=/tmp/b/bin
 # L-tile cases: the 11 int-dot types (tests.intdot_cases) plus f32, f16, bf16 and iq4_nl
