@@ -28,7 +28,7 @@ cmake -S $S -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_VULKAN=ON -DGGM
 grep "supported by glslc" "$O/configure.log" | tee -a "$O/steps.log"
 cmake --build /tmp/b -j "$(nproc)" --target test-backend-ops > "$O/build.log" 2>&1 || { tail -40 "$O/build.log"; exit 1; }
 ts built; B=/tmp/b/bin
-PYTHONPATH=$R/tools python3 -m tests.intdot_cases /tmp/intdot.cases
+PYTHONPATH=$R/tools python3 -m tests.helpers.intdot_cases /tmp/intdot.cases
 export GGML_NO_BACKTRACE=1 GGML_VK_DISABLE_COOPMAT=1 GGML_VK_DISABLE_COOPMAT2=1
 F='type_a=f16,type_b=f32,m=16,n=1,k=256,bs=.1,1.,nr=.1,1.'
 $B/test-backend-ops -b Vulkan0 -o MUL_MAT -p "$F" > "$O/auto.log" 2>&1; ts "auto rc=$?"

@@ -9,7 +9,7 @@ import pytest
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import ConfigError, load_config
 
-from .conftest import ROOT
+from tests.helpers.project import ROOT
 
 
 def _edit(project: Path, old: str, new: str) -> Path:

@@ -27,8 +27,8 @@ from rocky_vulkan.cli import main
 from rocky_vulkan.config import ConfigError, load_config
 from rocky_vulkan.layer import render as render_mod
 
-from . import hostile
-from .conftest import ROOT
+from tests.helpers import hostile
+from tests.helpers.project import ROOT
 
 FIELDS = sorted({leaf.field() for leaf in hostile.leaves(hostile.clean_data())})
 

@@ -7,8 +7,8 @@ the same YAML/JSON keys, the same systemd settings, the same number of lines and
 backslash, backtick, '$', ';' and brace characters per file.
 Anything else (a traceback, a refusal that does not name the field, a changed shape) is a finding.
 
-`python -m tests.hostile` (from the repo root, in the venv) prints the counts; the test suite
-runs the same cases in tests/test_config_hostile.py."""
+`python -m tests.helpers.hostile` (from the repo root, in the venv) prints the counts; the test
+suite runs the same cases in tests/config/test_config_hostile.py."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from rocky_vulkan.config import ConfigError, load_config
 from rocky_vulkan.errors import UserError
 from rocky_vulkan.layer.render import render_files
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.project import ROOT
 
 # Appended to, put in front of, or replacing each string value.
 HOSTILE = (

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from rocky_vulkan.tiles import WARPTILE_PATCH, space
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def builtin_tiles() -> dict[str, tuple[int, ...]]:

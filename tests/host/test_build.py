@@ -20,7 +20,9 @@ from rocky_vulkan.config import ConfigError, load_config
 from rocky_vulkan.errors import UserError
 from rocky_vulkan.host import build, buildlog
 
-FIXTURES = Path(__file__).parent / "fixtures" / "kas-output"
+from tests.helpers import project
+
+FIXTURES = project.FIXTURES / "kas-output"
 KAS = str(Path(sys.executable).with_name("kas"))
 
 

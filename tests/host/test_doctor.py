@@ -13,7 +13,7 @@ from rocky_vulkan.cli import main
 from rocky_vulkan.host import doctor
 from rocky_vulkan.host.doctor import FAIL, GIB, PASS, WARN, HostFacts
 
-from .conftest import ROOT
+from tests.helpers.project import ROOT
 
 
 def good_host(**changes) -> HostFacts:

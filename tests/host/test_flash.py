@@ -21,7 +21,9 @@ from rocky_vulkan.errors import UserError
 from rocky_vulkan.host import blockdev, flash
 from rocky_vulkan.host.bmap import bmap_for, parse_bmap, verify_device
 
-LSBLK = (Path(__file__).parent / "fixtures/lsblk/loops-and-root.json").read_text()
+from tests.helpers.project import FIXTURES
+
+LSBLK = (FIXTURES / "lsblk/loops-and-root.json").read_text()
 MIB = 1024 * 1024
 
 
@@ -118,9 +120,7 @@ def make_image(tmp_path: Path, size: int = 8 * MIB) -> tuple[Path, bytes]:
     return gz, bytes(raw)
 
 
-need_bmaptool = pytest.mark.skipif(
-    not shutil.which("bmaptool"), reason="bmaptool missing: apt-get install bmap-tools"
-)
+need_bmaptool = pytest.mark.needs_tool("bmaptool", "apt-get install bmap-tools")
 
 
 @need_bmaptool
@@ -224,11 +224,10 @@ def test_real_refusals_write_nothing(tmp_path, loopdev):
 
 @need_loop
 @need_bmaptool
+@pytest.mark.needs_tool("mkfs.ext4", "Debian: e2fsprogs")
 def test_real_mounted_device_is_refused(tmp_path, loopdev):
     gz, _ = make_image(tmp_path)
     dev = loopdev(32 * MIB, "mounted")
-    if not shutil.which("mkfs.ext4"):
-        pytest.skip("no mkfs.ext4")
     subprocess.run(["mkfs.ext4", "-q", "-F", dev], check=True)
     mnt = tmp_path / "mnt"
     mnt.mkdir()

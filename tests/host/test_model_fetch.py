@@ -124,7 +124,7 @@ def server():
 
 
 def _project(tmp_path: Path, url: str, sha: str | None) -> Path:
-    from .conftest import ROOT
+    from tests.helpers.project import ROOT
 
     text = (ROOT / "rocky-vulkan.yaml").read_text()
     head, model = text.split("\nmodel:\n", 1)

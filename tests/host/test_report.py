@@ -13,7 +13,7 @@ from rocky_vulkan.config import load_config
 from rocky_vulkan.errors import UserError
 from rocky_vulkan.host.report import load_result, plot, sweep_series, table_rows
 
-from .conftest import ROOT
+from tests.helpers.project import ROOT
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,21 +17,16 @@ import pytest
 from rocky_vulkan.config import Machine, load_config
 from rocky_vulkan.layer import render as render_mod
 
-from .conftest import ROOT
+from tests.helpers.project import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs_bitbake_dumps]
 CFG = load_config(ROOT / "rocky-vulkan.yaml")
 BSP = render_mod.BSP_LAYER
 
 
 @pytest.fixture(scope="module")
 def dumps() -> Path:
-    env = os.environ.get("ROCKY_BITBAKE_ENV_DIR")
-    if not env:
-        pytest.skip(
-            "ROCKY_BITBAKE_ENV_DIR is not set: run tools/scripts/bitbake-env.sh MIRRORS OUT first"
-        )
-    out = Path(env)
+    out = Path(os.environ["ROCKY_BITBAKE_ENV_DIR"])
     tree = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "HEAD:meta-rocky-vulkan"],
         capture_output=True,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ROOT
+from tests.helpers.project import ROOT
 
 EXAMPLES = sorted((ROOT / "docs/ci-examples").glob("*.yml"))
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -143,10 +142,9 @@ def test_scale_out_fragment_has_no_hard_coded_servers(project):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_bitbake
 def test_bitbake_expands_the_guards_and_mirror_settings(project):
-    bitbake = os.environ.get("ROCKY_BITBAKE_DIR")
-    if not bitbake:
-        pytest.skip("set ROCKY_BITBAKE_DIR to a bitbake 2.18 checkout")
+    bitbake = os.environ["ROCKY_BITBAKE_DIR"]
     sys.path.insert(0, str(Path(bitbake) / "lib"))
     import bb.data  # noqa: E402 - from the checkout named above
     import yaml
@@ -413,14 +411,13 @@ def test_pam_with_no_keys_and_no_hash_stops_the_build(project, tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.needs_sshd
 @pytest.mark.parametrize("case", ACCESS_CASES, ids=str)
 def test_real_sshd_reads_the_postprocessed_config_the_same_way(project, tmp_path, case):
     """`sshd -T` (OpenSSH's own parser) on the post-processed config. Needs ROCKY_SSHD: a
     command that runs an sshd binary, e.g. Debian's from `apt-get download openssh-server`
     (docs/verification.md shows the command); skipped without it."""
-    sshd = os.environ.get("ROCKY_SSHD")
-    if not sshd:
-        pytest.skip("set ROCKY_SSHD to a command running sshd (see docs/verification.md)")
+    sshd = os.environ["ROCKY_SSHD"]
     edit, passwords, _ = ACCESS_CASES[case]
     image = rendered(project, edit)[IMAGE]
     rootfs = scratch_rootfs(tmp_path)
@@ -449,14 +446,16 @@ def test_real_sshd_reads_the_postprocessed_config_the_same_way(project, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.needs_bitbake
+@pytest.mark.needs_oecore
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("useradd", "Debian: passwd")
 @pytest.mark.parametrize("case", ACCESS_CASES, ids=str)
 def test_extrausers_creates_the_user_with_the_configured_password(project, tmp_path, case):
     """The rendered EXTRA_USERS_PARAMS, expanded by bitbake's data store, run through oe-core's
     own extrausers/useradd_base shell functions and the host's real `useradd -R` (as root).
     Needs ROCKY_BITBAKE_DIR (bitbake 2.18) and ROCKY_OECORE_DIR (openembedded-core at the pin)."""
-    bitbake, oecore = os.environ.get("ROCKY_BITBAKE_DIR"), os.environ.get("ROCKY_OECORE_DIR")
-    if not (bitbake and oecore) or os.geteuid() != 0 or not shutil.which("useradd"):
-        pytest.skip("needs ROCKY_BITBAKE_DIR, ROCKY_OECORE_DIR, root and useradd")
+    bitbake, oecore = os.environ["ROCKY_BITBAKE_DIR"], os.environ["ROCKY_OECORE_DIR"]
     sys.path.insert(0, str(Path(bitbake) / "lib"))
     import bb.data  # noqa: E402 - from the checkout named above
 

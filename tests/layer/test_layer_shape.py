@@ -11,7 +11,7 @@ import yaml
 from rocky_vulkan.config import load_config
 from rocky_vulkan.layer import render as render_mod
 
-from .conftest import ROOT
+from tests.helpers.project import ROOT
 
 BSP, DISTRO, SOFTWARE = render_mod.SUB_LAYERS
 IMAGE = f"{SOFTWARE}/recipes-core/images/rocky-vulkan-image.bb"

@@ -9,7 +9,7 @@ from rocky_vulkan.cli import main
 from rocky_vulkan.config import load_config
 from rocky_vulkan.layer import lint
 
-from .conftest import ROOT
+from tests.helpers.project import ROOT
 
 
 def test_main_tree_is_lint_clean():

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.project import ROOT as REPO
+
 PATCH = REPO / "patches" / "mesa-panvk-shared-tls-wls.patch"
 INSTRUMENTATION = REPO / "tools/rocky_vulkan/sim/patches/mesa-panvk-privva-instrumentation.patch"
 
@@ -57,9 +58,8 @@ def test_patch_is_format_patch_with_oe_headers() -> None:
     assert re.search(r"MiB", message)
 
 
+@pytest.mark.needs_tool("git")
 def test_git_parses_patch_and_it_touches_only_panvk_csf_allocation() -> None:
-    if not shutil.which("git"):
-        pytest.skip("git is not installed")
     out = subprocess.run(
         ["git", "apply", "--numstat", str(PATCH)], capture_output=True, text=True, cwd=REPO
     )
@@ -95,10 +95,9 @@ def _git_blob(path: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.needs_mesa_src
 def test_patch_applies_without_fuzz_to_mesa_tree(tmp_path: Path) -> None:
-    src = os.environ.get("ROCKY_MESA_SRC")
-    if not src:
-        pytest.skip("ROCKY_MESA_SRC (a Mesa source tree) is not set")
+    src = os.environ["ROCKY_MESA_SRC"]
     tree = tmp_path / "mesa"
     for rel, blob in VERIFIED_BLOBS.items():
         original = Path(src) / rel

@@ -9,7 +9,7 @@ from rocky_vulkan.cli import main
 from rocky_vulkan.config import load_config
 from rocky_vulkan.layer import render as render_mod
 
-from .conftest import ROOT
+from tests.helpers.project import ROOT
 
 
 def test_committed_tree_matches_fresh_render():

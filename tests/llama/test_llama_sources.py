@@ -19,7 +19,8 @@ from rocky_vulkan.errors import UserError
 from rocky_vulkan.llama import sources as ls
 from rocky_vulkan.tiles import warptile
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.project import ROOT as REPO
+
 PATCH = REPO / "patches" / "llama.cpp-mali-mmq-warptile.patch"
 FLUSH_PATCH = REPO / "patches" / "llama.cpp-perplexity-flush-log.patch"
 
@@ -101,13 +102,11 @@ def test_apply_patches_refuses_another_preimage(small_patch):
 
 
 def _sdist_cache() -> Path:
-    cache = os.environ.get("ROCKY_LLAMA_SDIST_CACHE")
-    if not cache:
-        pytest.skip("ROCKY_LLAMA_SDIST_CACHE unset: no PyPI sdists for this test")
-    return Path(cache)
+    return Path(os.environ["ROCKY_LLAMA_SDIST_CACHE"])
 
 
 @pytest.mark.slow
+@pytest.mark.needs_llama_sdist
 def test_prepare_with_wrong_shader_blobs_fails_loudly_and_leaves_nothing(tmp_path, monkeypatch):
     # llama-cpp-python 0.3.24 vendors a tree that differs from the pin in 19 shader files.
     monkeypatch.setattr(ls, "SHADER_SDIST", ("llama-cpp-python", "0.3.24"))
@@ -119,6 +118,7 @@ def test_prepare_with_wrong_shader_blobs_fails_loudly_and_leaves_nothing(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.needs_llama_sdist
 def test_pypi_gives_the_exact_pin_patched_with_hooks_only_when_asked(tmp_path, capsys):
     cache = _sdist_cache()
     plain = ls.prepare(tmp_path / "plain", patches=[PATCH], cache=cache)
@@ -144,6 +144,7 @@ def test_pypi_gives_the_exact_pin_patched_with_hooks_only_when_asked(tmp_path, c
 
 
 @pytest.mark.slow
+@pytest.mark.needs_llama_sdist
 def test_the_perplexity_patch_applies_to_the_tree_sdist_and_the_banner_says_so(tmp_path, capsys):
     # tools/ has no pinned blob here: the patch's own pre-image blob is what is checked.
     tree = ls.prepare(
@@ -163,14 +164,13 @@ def patched_tree(tmp_path_factory):
     given = os.environ.get("ROCKY_LLAMA_SRC_DIR")
     if given:
         return Path(given)
-    cache = os.environ.get("ROCKY_LLAMA_SDIST_CACHE")
-    if not cache:
-        pytest.skip("set ROCKY_LLAMA_SDIST_CACHE (PyPI sdists) or ROCKY_LLAMA_SRC_DIR")
+    cache = os.environ["ROCKY_LLAMA_SDIST_CACHE"]
     dest = tmp_path_factory.mktemp("llama") / "check"
     return ls.prepare(dest, patches=[PATCH], cache=Path(cache), check_only=True)
 
 
 @pytest.mark.slow
+@pytest.mark.needs_llama_tree
 def test_patch_applies_to_the_exact_pinned_files(patched_tree):
     table = ls.blob_table()
     for f in ls.parse_patch(PATCH):
@@ -179,6 +179,7 @@ def test_patch_applies_to_the_exact_pinned_files(patched_tree):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_llama_tree
 def test_mali_tiles_cut_accumulators_and_obey_the_tile_rule(patched_tree):
     rep = warptile.report(patched_tree)
     stock = {t.name: t for t in rep["stock"]}

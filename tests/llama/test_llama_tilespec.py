@@ -1,10 +1,10 @@
 """The runtime tile spec, GGML_VK_MALI_WARPTILE=<spec>, on lavapipe (the patched test-backend-ops).
 
 The slow tests need ROCKY_LLAMA_BIN_DIR: a bin/ with test-backend-ops built by .ci/llama.sh (trixie
-glslc, the test-only lavapipe hooks; see tests/test_llama_intdot.py for what the hooks do). The
-grammar and rules are in docs/verification/llama-patch.md, section "Runtime tile spec"; every rule
-has a spec here that breaks it (and only it, the earlier rules hold) and must get its own one-line
-rejection and the built-in Mali tiles.
+glslc, the test-only lavapipe hooks; see tests/llama/test_llama_intdot.py for what the hooks do).
+The grammar and rules are in docs/verification/llama-patch.md, section "Runtime tile spec"; every
+rule has a spec here that breaks it (and only it, the earlier rules hold) and must get its own
+one-line rejection and the built-in Mali tiles.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import re
 
 import pytest
 
-from tests import intdot_cases
-
-from .test_llama_intdot import _tbo
+from tests.helpers import intdot_cases
+from tests.helpers.llama_bin import run_backend_ops
 
 MALI_LINE = "ggml_vulkan: using Mali matmul warptiles (GGML_VK_MALI_WARPTILE=0 to disable)"
 STOCK_LINE = "using stock matmul warptiles"
@@ -125,6 +124,7 @@ def test_bad_specs_cover_every_rule_once():
 
 
 @pytest.mark.slow
+@pytest.mark.needs_llama_bin
 def test_valid_spec_runs_every_large_int_dot_pipeline(tmp_path):
     spec = _spec(VALID)
     env = {
@@ -132,7 +132,7 @@ def test_valid_spec_runs_every_large_int_dot_pipeline(tmp_path):
         "GGML_VK_TEST_INT_DOT_UNACCELERATED": "1",
         "GGML_VK_PIPELINE_STATS": "_q8_1_l",
     }
-    out = _tbo(tmp_path, env, intdot_cases.case_lines())
+    out = run_backend_ops(tmp_path, env, intdot_cases.case_lines())
     assert REJECTED not in out, out[:3000]
     want = f"ggml_vulkan: using Mali matmul warptiles (spec: {_canonical(VALID)}) "
     assert want + "(GGML_VK_MALI_WARPTILE=0 to disable)" in out, out[:3000]
@@ -140,11 +140,12 @@ def test_valid_spec_runs_every_large_int_dot_pipeline(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_llama_bin
 def test_valid_spec_runs_the_float_and_dequant_large_pipelines(tmp_path):
     # Spec families named out of order: the log line gives them in the canonical order.
     spec = _spec({k: VALID[k] for k in ("mmq", "mm")})
     env = {"GGML_VK_MALI_WARPTILE": spec, "GGML_VK_PIPELINE_STATS": "matmul_"}
-    out = _tbo(tmp_path, env, _float_cases())
+    out = run_backend_ops(tmp_path, env, _float_cases())
     assert f"(spec: mm={VALID['mm']};mmq={VALID['mmq']})" in out, out[:3000]
     seen = set(SEEN.findall(out))
     for src in ("f32", "f16", "bf16", "iq4_nl"):
@@ -156,10 +157,11 @@ def test_valid_spec_runs_the_float_and_dequant_large_pipelines(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_llama_bin
 @pytest.mark.parametrize(("spec", "want"), BAD, ids=[f"bad{i}" for i in range(len(BAD))])
 def test_each_broken_rule_gets_one_line_and_the_builtin_tiles(tmp_path, spec, want):
     env = {"GGML_VK_MALI_WARPTILE": spec, "GGML_VK_TEST_INT_DOT_UNACCELERATED": "1"}
-    out = _tbo(tmp_path, env, intdot_cases.case_lines()[:1])
+    out = run_backend_ops(tmp_path, env, intdot_cases.case_lines()[:1])
     lines = [ln for ln in out.splitlines() if "GGML_VK_MALI_WARPTILE" in ln and "rejected" in ln]
     assert len(lines) == 1, out[:3000]
     assert lines[0].startswith(REJECTED + want) and lines[0].endswith(BUILTIN), lines[0]
@@ -167,11 +169,12 @@ def test_each_broken_rule_gets_one_line_and_the_builtin_tiles(tmp_path, spec, wa
 
 
 @pytest.mark.slow
+@pytest.mark.needs_llama_bin
 @pytest.mark.parametrize("value", [None, "0", "force", "1"])
 def test_without_a_spec_nothing_changes(tmp_path, value):
     """Unset, 0, force and an unknown value keep their lines; none mentions a spec."""
     env = {"GGML_VK_MALI_WARPTILE": value, "GGML_VK_TEST_INT_DOT_UNACCELERATED": "1"}
-    out = _tbo(tmp_path, env, intdot_cases.case_lines()[:1])
+    out = run_backend_ops(tmp_path, env, intdot_cases.case_lines()[:1])
     assert "spec rejected" not in out and "(spec:" not in out
     assert (MALI_LINE in out) == (value == "force")
     assert (STOCK_LINE in out) == (value in ("0", "1"))

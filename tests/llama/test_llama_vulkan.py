@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from rocky_vulkan.llama.testmodel import write_preset
 
-pytestmark = pytest.mark.slow
+from tests.helpers.llama_bin import BIN_DIR, DEVICE
 
-BIN = os.environ.get("ROCKY_LLAMA_BIN_DIR")
-DEVICE = os.environ.get("ROCKY_VK_DEVICE", "0")
+pytestmark = [pytest.mark.slow, pytest.mark.needs_llama_bin]
+
 MALI_LINE = "using Mali matmul warptiles"
 # n=1 (mat-vec), n=16 (small tile), and q4_0 576x512x576 (large tile)
 SUBSET = (
@@ -34,9 +34,7 @@ PROMPT = (
 
 
 def _bin(name: str) -> Path:
-    if not BIN:
-        pytest.skip("ROCKY_LLAMA_BIN_DIR unset: build llama.cpp with .ci/llama.sh")
-    path = Path(BIN) / name
+    path = Path(BIN_DIR) / name
     if not path.is_file():
         pytest.skip(f"{path} missing")
     return path

@@ -147,11 +147,10 @@ def test_quant_source_is_f16_in_the_preset_shape(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_llama_quantize
 def test_q4km_preset_through_llama_quantize(tmp_path):
     """Needs ROCKY_LLAMA_QUANTIZE: a llama-quantize binary (e.g. the pinned tree's)."""
-    exe = os.environ.get("ROCKY_LLAMA_QUANTIZE")
-    if not exe:
-        pytest.skip("set ROCKY_LLAMA_QUANTIZE to a llama-quantize binary")
+    exe = os.environ["ROCKY_LLAMA_QUANTIZE"]
     out = write_preset("qwen2.5-3b-shape-q4km", tmp_path / "q.gguf", n_layer=1, llama_quantize=exe)
     types = {x.name: x.tensor_type for x in gguf.GGUFReader(str(out)).tensors}
     assert types["blk.0.ffn_up.weight"] == gguf.GGMLQuantizationType.Q4_K

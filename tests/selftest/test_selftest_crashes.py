@@ -6,7 +6,6 @@ message, a lone `[`, a hang); where a run should succeed it execs the real llama
 from __future__ import annotations
 
 import json
-import os
 import stat
 from pathlib import Path
 
@@ -15,7 +14,8 @@ from rocky_selftest.bench import Deadline, parse_bench_json, sweep
 from rocky_selftest.cli import main
 from rocky_selftest.settings import Settings
 
-from .selftest_helpers import make_tiny_model, write_config
+from tests.helpers.llama_bin import BIN_DIR
+from tests.helpers.selftest import make_tiny_model, write_config
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -147,11 +147,8 @@ def test_bad_config_is_a_clear_error(tmp_path, capsys):
     assert "unknown keys ['ubatch_size']" in capsys.readouterr().err
 
 
-BIN_DIR = os.environ.get("ROCKY_LLAMA_BIN_DIR")
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not BIN_DIR, reason="ROCKY_LLAMA_BIN_DIR (a built llama.cpp bin/) is unset")
+@pytest.mark.needs_llama_bin
 def test_crash_at_one_ub_real_runs_at_the_others(tmp_path, monkeypatch, tiny_model):
     monkeypatch.setenv("REAL_BENCH", str(Path(BIN_DIR) / "llama-bench"))
     s = _settings(tmp_path, [32, 64, 16])

@@ -8,7 +8,6 @@ used, and says so. The slow tests at the end run the real llama-perplexity (ROCK
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -20,13 +19,12 @@ from rocky_selftest.match import output_match
 from rocky_selftest.settings import Settings, load_settings
 from rocky_vulkan.config import ConfigError, load_config
 
-from .conftest import ROOT
-from .selftest_helpers import make_tiny_model
+from tests.helpers.llama_bin import BIN_DIR, VK_ENV, vulkan_device
+from tests.helpers.project import ROOT
+from tests.helpers.selftest import make_tiny_model
 
 pytestmark = pytest.mark.timeout(600)
 LAYER_FILES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
-BIN_DIR = os.environ.get("ROCKY_LLAMA_BIN_DIR")
-VK_ENV = {"GGML_VK_VISIBLE_DEVICES": "0"}  # lavapipe as Vulkan0 (ggml skips CPU-type devices)
 
 
 def _settings(**kw) -> Settings:
@@ -221,8 +219,6 @@ def tiny(tmp_path_factory) -> Path:
 
 
 def _real(model: Path, **kw) -> Settings:
-    from .test_selftest_real import vulkan_device
-
     if not (Path(BIN_DIR) / "llama-perplexity").exists():
         pytest.skip(f"no llama-perplexity in {BIN_DIR} (build the llama-perplexity target)")
     device = vulkan_device()
@@ -236,7 +232,7 @@ def _real(model: Path, **kw) -> Settings:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not BIN_DIR, reason="ROCKY_LLAMA_BIN_DIR (a built llama.cpp bin/) is unset")
+@pytest.mark.needs_llama_bin
 def test_real_kld_gpu_vs_cpu_on_lavapipe_passes_and_records_tiles(tiny):
     s = _real(tiny)
     check, doc = output_match(s, Deadline(1800), log=print)
@@ -250,7 +246,7 @@ def test_real_kld_gpu_vs_cpu_on_lavapipe_passes_and_records_tiles(tiny):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not BIN_DIR, reason="ROCKY_LLAMA_BIN_DIR (a built llama.cpp bin/) is unset")
+@pytest.mark.needs_llama_bin
 def test_real_kld_catches_a_gpu_that_computes_something_else(tiny, tmp_path_factory):
     """The check can fail: the GPU run is given a different model (another seed) than the CPU
     base run, as a GPU with wrong kernels would produce different distributions."""

@@ -15,8 +15,8 @@ from rocky_selftest.settings import load_settings
 from rocky_vulkan.config import load_config
 from rocky_vulkan.layer import render as render_mod
 
-from .conftest import ROOT
-from .selftest_helpers import fake_root
+from tests.helpers.project import ROOT
+from tests.helpers.selftest import fake_root
 
 pytestmark = pytest.mark.timeout(120)
 

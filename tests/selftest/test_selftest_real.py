@@ -9,34 +9,20 @@ them)."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
 from rocky_selftest.cli import main
 from rocky_selftest.stack import sha256_file
 
-from .selftest_helpers import make_tiny_model, write_config
+from tests.helpers.llama_bin import BIN_DIR, VK_ENV, vulkan_device
+from tests.helpers.selftest import make_tiny_model, write_config
 
-BIN_DIR = os.environ.get("ROCKY_LLAMA_BIN_DIR")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(1800),
-    pytest.mark.skipif(not BIN_DIR, reason="ROCKY_LLAMA_BIN_DIR (a built llama.cpp bin/) is unset"),
+    pytest.mark.needs_llama_bin,
 ]
-VK_ENV = {"GGML_VK_VISIBLE_DEVICES": "0"}  # ggml-vulkan skips CPU-type devices (lavapipe) else
-
-
-def vulkan_device() -> str | None:
-    """The description of Vulkan0 as llama-bench lists it, or None."""
-    proc = subprocess.run(
-        [str(Path(BIN_DIR) / "llama-bench"), "--list-devices"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, **VK_ENV},
-    )  # fmt: skip
-    m = re.search(r"^\s*Vulkan0: (.+?) \(\d+ MiB", proc.stdout, re.M)
-    return m.group(1) if m else None
 
 
 @pytest.fixture(scope="module")

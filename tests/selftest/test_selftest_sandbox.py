@@ -15,36 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
-from .selftest_helpers import fake_root, write_config
+from tests.helpers.project import ROOT
+from tests.helpers.selftest import fake_root, write_config
+from tests.helpers.systemd import ANALYZE, MAX_EXPOSURE, exposure, needs_analyze, settings
 
 pytestmark = pytest.mark.timeout(180)
 
 LAYER_FILES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
 UNIT = LAYER_FILES / "rocky-selftest.service"
-MAX_EXPOSURE = 4.0  # issue 11: "target exposure <= 4.0"
-ANALYZE = shutil.which("systemd-analyze")
-needs_analyze = pytest.mark.skipif(
-    not ANALYZE,
-    reason="systemd-analyze is not installed (Debian: apt-get install systemd; .ci/run does)",
-)
-
-
-def settings(unit: str) -> dict[str, list[str]]:
-    """Key -> values of the [Service] section, comments dropped."""
-    out: dict[str, list[str]] = {}
-    section = None
-    for line in unit.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("["):
-            section = line
-            continue
-        if section == "[Service]":
-            key, _, value = line.partition("=")
-            out.setdefault(key, []).append(value)
-    return out
 
 
 def _unit_with_real_script(tmp_path: Path) -> Path:
@@ -58,19 +36,6 @@ def _unit_with_real_script(tmp_path: Path) -> Path:
     path = tmp_path / "rocky-selftest.service"
     path.write_text(text.replace("/usr/bin/rocky-selftest ", f"{script} "))
     return path
-
-
-def exposure(unit: Path) -> tuple[float, str]:
-    proc = subprocess.run(
-        [ANALYZE, "security", "--offline=true", "--no-pager", str(unit)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    out = proc.stdout + proc.stderr
-    if "--offline" in out and "unrecognized" in out:
-        pytest.skip(f"this systemd-analyze has no --offline (systemd < 250): {out.strip()}")
-    m = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", out)
-    assert m, out
-    return float(m.group(1)), out
 
 
 @needs_analyze
@@ -170,10 +135,9 @@ def open_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(SYSTEM_PYTHON),
-    reason="needs root, setpriv and /usr/bin/python3",
-)
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("setpriv", "util-linux")
+@pytest.mark.needs_tool(SYSTEM_PYTHON, "Debian: python3")
 def test_run_needs_no_root_and_the_root_step_publishes(open_tmp):
     """The privilege split for real: `run` as an unprivileged uid (as the DynamicUser), which
     cannot touch the root-owned motd, then `publish` as root."""

@@ -9,7 +9,7 @@ import pytest
 from rocky_selftest import stack
 from rocky_selftest.settings import Settings
 
-from .selftest_helpers import fake_root
+from tests.helpers.selftest import fake_root
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -120,7 +120,7 @@ def test_vulkan_summary_parser_finds_both_devices():
     assert devices[0]["deviceName"] == "Mali-G610 MC4"
 
 
-@pytest.mark.skipif(not shutil.which("vulkaninfo"), reason="vulkaninfo is not installed")
+@pytest.mark.needs_tool("vulkaninfo", "Debian: vulkan-tools")
 def test_real_vulkaninfo_on_this_host_is_no_mali(tmp_path):
     # This host has no Mali GPU: the real tool must make the check fail, naming what it saw.
     s = _settings(tmp_path, vulkaninfo=shutil.which("vulkaninfo"))

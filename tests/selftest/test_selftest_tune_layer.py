@@ -11,11 +11,10 @@ import pytest
 from rocky_vulkan.config import load_config
 from rocky_vulkan.layer import render
 
-from tests import project
+from tests.helpers import project
+from tests.helpers.project import ROOT
+from tests.helpers.systemd import ANALYZE, MAX_EXPOSURE, exposure, needs_analyze, settings
 
-from .test_selftest_sandbox import ANALYZE, MAX_EXPOSURE, exposure, needs_analyze, settings
-
-ROOT = Path(__file__).resolve().parents[1]
 RECIPE_DIR = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest"
 FILES = RECIPE_DIR / "files"
 TUNE_UNIT = FILES / "rocky-selftest-tune.service"

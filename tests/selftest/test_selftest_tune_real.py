@@ -22,15 +22,14 @@ from rocky_selftest.settings import load_settings
 from rocky_vulkan.tiles import prune as tiles_prune
 from rocky_vulkan.tiles import space as tilespace
 
-from tests import project
+from tests.helpers import project
+from tests.helpers.llama_bin import BIN_DIR, vulkan_device
+from tests.helpers.selftest import make_tiny_model, write_config
 
-from .selftest_helpers import make_tiny_model, write_config
-
-BIN_DIR = os.environ.get("ROCKY_LLAMA_BIN_DIR")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(3600),
-    pytest.mark.skipif(not BIN_DIR, reason="ROCKY_LLAMA_BIN_DIR (a built llama.cpp bin/) is unset"),
+    pytest.mark.needs_llama_bin,
 ]
 VK_ENV = {"GGML_VK_VISIBLE_DEVICES": "0", "GGML_VK_TEST_INT_DOT_UNACCELERATED": "1"}
 BROKEN = "int_k=128,64,64,32,16,16,1,2,2,1,16,2"  # (64/16)*(64/16) = 16 warp tiles, 8 warps
@@ -58,8 +57,6 @@ def q4k_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory, q4k_model):
-    from .test_selftest_real import vulkan_device
-
     device = vulkan_device()
     if not device:
         pytest.skip("no Vulkan device (lavapipe) in this llama.cpp build")

@@ -25,8 +25,8 @@ from rocky_selftest.bench import parse_bench_json
 from rocky_selftest.cli import main
 from rocky_selftest.results import write_result
 
-from .conftest import ROOT
-from .selftest_helpers import write_config
+from tests.helpers.project import ROOT
+from tests.helpers.selftest import write_config
 
 pytestmark = pytest.mark.timeout(120)
 

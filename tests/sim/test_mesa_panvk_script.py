@@ -10,7 +10,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "tools/rocky_vulkan/sim/mesa-panvk-build.sh"
+from tests.helpers.project import ROOT
+
+SCRIPT = ROOT / "tools/rocky_vulkan/sim/mesa-panvk-build.sh"
 
 
 def _run(tmp_path: Path, *args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess[str]:
@@ -93,7 +95,7 @@ def test_root_installs_what_the_llama_build_needs() -> None:
         assert name in pkgs
 
 
-TUNE = Path(__file__).resolve().parents[1] / "tools/scripts/sim-tune.sh"
+TUNE = ROOT / "tools/scripts/sim-tune.sh"
 
 
 def _tune(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

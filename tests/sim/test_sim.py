@@ -138,7 +138,6 @@ def test_missing_root_names_the_fix(tmp_path):
 
 ROOT_ENV = os.environ.get("ROCKY_SIM_ROOT")
 MODEL_ENV = os.environ.get("ROCKY_SIM_MODEL")
-needs_root = pytest.mark.skipif(not ROOT_ENV, reason="ROCKY_SIM_ROOT not set (sim setup root)")
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +148,7 @@ def root() -> SimRoot:
 
 
 @pytest.mark.slow
-@needs_root
+@pytest.mark.needs_debian_root
 def test_root_has_the_pinned_versions(root):
     stamp = root.stamp()
     installed = root.installed_versions(pins.query_names())
@@ -166,7 +165,7 @@ def _run_cli(root: SimRoot, *args: str, timeout: float = 600) -> subprocess.Comp
 
 
 @pytest.mark.slow
-@needs_root
+@pytest.mark.needs_debian_root
 def test_vulkaninfo_shows_the_simulated_g610(root):
     proc = _run_cli(root, "run", "--", "vulkaninfo", "--summary")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -178,7 +177,7 @@ def test_vulkaninfo_shows_the_simulated_g610(root):
 
 
 @pytest.mark.slow
-@needs_root
+@pytest.mark.needs_debian_root
 def test_stock_driver_without_the_shim_finds_no_g610(root):
     # Control: without the shim there is no G610, so the test above depends on the rig.
     proc = _run_cli(root, "run", "-e", "LD_PRELOAD=", "--", "vulkaninfo", "--summary")
@@ -186,8 +185,8 @@ def test_stock_driver_without_the_shim_finds_no_g610(root):
 
 
 @pytest.mark.slow
-@needs_root
-@pytest.mark.skipif(not MODEL_ENV, reason="ROCKY_SIM_MODEL not set (a small GGUF)")
+@pytest.mark.needs_debian_root
+@pytest.mark.needs_sim_model
 def test_llama_bench_ub64_runs_on_the_simulated_g610(root, tmp_path):
     driver = resolve_driver(root, "stock")
     result = run_one(root, driver, Path(MODEL_ENV), 64, tmp_path, prompt=64, timeout=1500)
@@ -208,8 +207,8 @@ exec {python} -m rocky_vulkan.sim --root {root} run $extra --bind {models}:{mode
 
 
 @pytest.mark.slow
-@needs_root
-@pytest.mark.skipif(not MODEL_ENV, reason="ROCKY_SIM_MODEL not set (a small GGUF)")
+@pytest.mark.needs_debian_root
+@pytest.mark.needs_sim_model
 def test_selftest_accepts_the_simulated_g610(root, tmp_path):
     # The board's self-test against real panvk output (vulkaninfo, llama-bench's JSON and
     # device lines). The shim executes nothing, so t/s, the ratio and the output match mean
@@ -262,8 +261,8 @@ BIG_MODEL_ENV = os.environ.get("ROCKY_SIM_BIG_MODEL")
 
 
 @pytest.mark.slow
-@needs_root
-@pytest.mark.skipif(not BIG_MODEL_ENV, reason="ROCKY_SIM_BIG_MODEL not set (36-layer 3B shape)")
+@pytest.mark.needs_debian_root
+@pytest.mark.needs_sim_big_model
 def test_stock_panvk_runs_out_of_private_va_on_a_3b_shape(root, tmp_path):
     # The reference failure, from registry packages only: Debian's llama.cpp + panvk, 36 layers
     # of Qwen2.5-3B's shapes, ub 512. It must fail in vkEndCommandBuffer, not in the shim.

@@ -215,7 +215,7 @@ def _args(tmp_path: Path, **kw) -> ProveArgs:
     return ProveArgs(**{**base, **kw})
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the input checks after the root check")
+@pytest.mark.needs_root  # the input checks come after the root check
 def test_check_args_names_each_missing_input(tmp_path: Path):
     with pytest.raises(UserError, match="--mesa-git is missing.*leegao/mesa-26.2"):
         check_args(_args(tmp_path, mesa_git=None))
@@ -259,11 +259,10 @@ def test_existing_sim_subcommands_still_registered(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_sim_prove_sources
 def test_prove_end_to_end(tmp_path: Path):
-    mesa, ggml = os.environ.get("ROCKY_MESA_GIT"), os.environ.get("ROCKY_GGML_GIT")
-    cache = os.environ.get("ROCKY_SIM_PROVE_CACHE")
-    if not (mesa and ggml and cache):
-        pytest.skip("set ROCKY_MESA_GIT, ROCKY_GGML_GIT and ROCKY_SIM_PROVE_CACHE")
+    mesa, ggml = os.environ["ROCKY_MESA_GIT"], os.environ["ROCKY_GGML_GIT"]
+    cache = os.environ["ROCKY_SIM_PROVE_CACHE"]
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "rocky_vulkan.cli", "sim", "prove", "--mesa-git", mesa,

@@ -1,9 +1,9 @@
 """A handful of the shipped tile candidates give correct large int-dot matmuls on lavapipe.
 
-Slow, needs ROCKY_LLAMA_BIN_DIR with a spec-capable test-backend-ops (see test_llama_intdot.py
-for the lavapipe hooks). Each candidate runs the L-tile cases of intdot_cases (all 11
-matmul_*_q8_1_l pipelines) with GGML_VK_MALI_WARPTILE=<spec>; ggml-vulkan's info line must name
-the spec, so a spec it silently refused cannot pass as the built-in tiles.
+Slow, needs ROCKY_LLAMA_BIN_DIR with a spec-capable test-backend-ops (see
+tests/llama/test_llama_intdot.py for the lavapipe hooks). Each candidate runs the L-tile cases of
+intdot_cases (all 11 matmul_*_q8_1_l pipelines) with GGML_VK_MALI_WARPTILE=<spec>; ggml-vulkan's
+info line must name the spec, so a spec it silently refused cannot pass as the built-in tiles.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import os
 import pytest
 from rocky_vulkan.tiles import CANDIDATES_PATH
 
-from tests import intdot_cases
-
-from .test_llama_intdot import SEEN, _tbo
+from tests.helpers import intdot_cases
+from tests.helpers.llama_bin import SEEN, run_backend_ops
 
 ALL = os.environ.get("ROCKY_TILES_ALL") == "1"
 
@@ -51,6 +50,7 @@ def test_the_handful_spans_the_shapes():
 
 
 @pytest.mark.slow
+@pytest.mark.needs_llama_bin
 @pytest.mark.parametrize("cand", _handful(), ids=lambda c: c["name"])
 def test_candidate_passes_the_large_int_dot_cases(tmp_path, cand):
     env = {
@@ -58,7 +58,7 @@ def test_candidate_passes_the_large_int_dot_cases(tmp_path, cand):
         "GGML_VK_TEST_INT_DOT_UNACCELERATED": "1",
         "GGML_VK_PIPELINE_STATS": "_q8_1_l",
     }
-    out = _tbo(tmp_path, env, intdot_cases.case_lines())
+    out = run_backend_ops(tmp_path, env, intdot_cases.case_lines())
     if "ignoring GGML_VK_MALI_WARPTILE" in out:
         pytest.skip("this test-backend-ops predates GGML_VK_MALI_WARPTILE=<spec>")
     assert f"(spec: {cand['spec']})" in out, out[:3000]

@@ -18,7 +18,7 @@ from rocky_vulkan.tiles import CANDIDATES_PATH
 from rocky_vulkan.tiles import prune as tiles_prune
 from rocky_vulkan.tiles import space as tilespace
 
-from tests import project
+from tests.helpers import project
 
 BUILTIN = project.candidates()[0]
 OTHER = project.candidates()[5]

@@ -6,7 +6,7 @@ import pytest
 from rocky_selftest import tune_spec as ts
 from rocky_vulkan.tiles import space as tilespace
 
-from tests import project
+from tests.helpers import project
 
 BUILTIN_SPEC = "int=256,64,64,32,16,16,2,2,2,1,16,2;int_k=256,64,64,32,16,16,1,2,2,1,16,2"
 

@@ -16,8 +16,8 @@ from rocky_vulkan.config import load_config
 from rocky_vulkan.host.result_doc import checked
 from rocky_vulkan.tiles.report import sim_by_spec, tune_rows
 
-from .conftest import ROOT
-from .test_selftest_tune import _setup
+from tests.helpers.fake_tuner import _setup
+from tests.helpers.project import ROOT
 
 REF = load_config(ROOT / "rocky-vulkan.yaml").selftest.reference
 
