@@ -51,7 +51,8 @@ class EnvNeed:
         given = [bool(os.environ.get(name)) for name in self.names]
         if (any if self.any_of else all)(given):
             return None
-        names = (" or " if self.any_of else " and ").join(self.names)
+        *first, last = self.names
+        names = f"{', '.join(first)} {'or' if self.any_of else 'and'} {last}" if first else last
         return f"set {names}: {self.what}"
 
 

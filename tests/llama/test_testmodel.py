@@ -84,27 +84,13 @@ def test_vocab_has_byte_fallback_and_unique_pieces():
 
 
 def test_bad_shapes_are_user_errors(tmp_path):
-    with pytest.raises(UserError, match="n_head"):
-        write_test_model(
-            tmp_path / "x.gguf",
-            n_layer=1,
-            n_embd=100,
-            n_ff=64,
-            n_head=3,
-            n_head_kv=1,
-            vocab_size=300,
-        )
-    with pytest.raises(UserError, match="ftype"):
-        write_test_model(
-            tmp_path / "x.gguf",
-            n_layer=1,
-            n_embd=64,
-            n_ff=64,
-            n_head=2,
-            n_head_kv=1,
-            vocab_size=300,
-            ftype="q4_k",
-        )
+    shape = {"n_layer": 1, "n_ff": 64, "n_head_kv": 1, "vocab_size": 300}
+    for match, bad in (
+        ("n_head", {"n_embd": 100, "n_head": 3}),
+        ("ftype", {"n_embd": 64, "n_head": 2, "ftype": "q4_k"}),
+    ):
+        with pytest.raises(UserError, match=match):
+            write_test_model(tmp_path / "x.gguf", **shape, **bad)
     assert not (tmp_path / "x.gguf").exists()
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.project import ROOT
 
 SCRIPT = ROOT / "tools/rocky_vulkan/sim/mesa-panvk-build.sh"
@@ -42,18 +44,6 @@ def test_build_without_root_names_the_fix(tmp_path: Path) -> None:
     assert "no build root" in out.stderr and "root' first" in out.stderr
 
 
-def test_build_needs_a_tag(tmp_path: Path) -> None:
-    out = _run(tmp_path, "build", "--src", str(tmp_path))
-    assert out.returncode == 1
-    assert "--tag NAME is required" in out.stderr
-
-
-def test_sweep_missing_model_is_reported(tmp_path: Path) -> None:
-    out = _run(tmp_path, "sweep", "--driver", "stock", "--model", "/work/model/none.gguf")
-    assert out.returncode == 1
-    assert "/work/model/none.gguf not found inside the root" in out.stderr
-
-
 def test_run_without_driver_bundle_is_reported(tmp_path: Path) -> None:
     (tmp_path / "no-root").mkdir()
     out = _run(tmp_path, "run", "--driver", "nope", "--", "true")
@@ -61,22 +51,31 @@ def test_run_without_driver_bundle_is_reported(tmp_path: Path) -> None:
     assert "no driver bundle nope" in out.stderr
 
 
-def test_exec_needs_a_command(tmp_path: Path) -> None:
-    out = _run(tmp_path, "exec", "--")
+# Bad arguments, refused before anything is looked up: (arguments, what stderr says).
+REFUSED = {
+    "build_needs_a_tag": (("build", "--src", "{tmp}"), "--tag NAME is required"),
+    "sweep_missing_model_is_reported": (
+        ("sweep", "--driver", "stock", "--model", "/work/model/none.gguf"),
+        "/work/model/none.gguf not found inside the root",
+    ),
+    "exec_needs_a_command": (("exec", "--"), "exec: -- COMMAND"),
+    "llama_needs_src_and_name": (
+        ("llama", "--src", "/work/x"),
+        "llama: --src DIR (inside the root) --name NAME",
+    ),
+    "llama_refuses_a_hostile_name": (
+        ("llama", "--src", "/work/x", "--name", "../../etc"),
+        "may hold only",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_bad_arguments_are_refused(tmp_path: Path, case: str) -> None:
+    args, says = REFUSED[case]
+    out = _run(tmp_path, *(a.format(tmp=tmp_path) for a in args))
     assert out.returncode == 1
-    assert "exec: -- COMMAND" in out.stderr
-
-
-def test_llama_needs_src_and_name(tmp_path: Path) -> None:
-    out = _run(tmp_path, "llama", "--src", "/work/x")
-    assert out.returncode == 1
-    assert "llama: --src DIR (inside the root) --name NAME" in out.stderr
-
-
-def test_llama_refuses_a_hostile_name(tmp_path: Path) -> None:
-    out = _run(tmp_path, "llama", "--src", "/work/x", "--name", "../../etc")
-    assert out.returncode == 1
-    assert "may hold only" in out.stderr
+    assert says in out.stderr
 
 
 def test_llama_in_an_old_root_without_cmake_names_the_fix(tmp_path: Path) -> None:
