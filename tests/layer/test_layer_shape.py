@@ -1,6 +1,6 @@
 """The rendered layers' shape: three layers of one yocto-check-layer type each, board settings
 that are ours, a product distro chosen on purpose, a trimmed Mesa, hard GPU dependencies and a
-gated model licence. (tests/test_bitbake_env.py checks the same through real bitbake.)"""
+gated model licence. (tests/layer/test_bitbake_env.py checks the same through real bitbake.)"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 candidate, and the shipped tile_candidates.json.
 
 The logs below are ggml-vulkan's real output format (ggml_vk_create_pipeline with panvk's
-statistic names, as recorded in docs/verification/sim.md and tests/test_sim.py). The tile-spec
+statistic names, as recorded in docs/verification/sim.md and tests/sim/test_sim.py). The tile-spec
 lines are the patch's (docs/verification/llama-patch.md, "Runtime tile spec"); text, not a run.
 """
 

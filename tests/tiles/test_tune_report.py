@@ -1,7 +1,7 @@
 """`rocky-vulkan report` shows the tile tuning: t/s per candidate, registers/spills, 28.1 marked.
 
 The tune section comes from a real `rocky-selftest tune` run whose llama-bench is the fake timing
-source of test_selftest_tune.py (the t/s are test inputs, not measurements)."""
+source of tests/helpers/fake_tuner.py (the t/s are test inputs, not measurements)."""
 
 from __future__ import annotations
 
