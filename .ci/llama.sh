@@ -12,7 +12,7 @@
 #  4. lavapipe: test-backend-ops cases that reach all 11 matmul_*_q8_1_l pipelines with the Mali
 #     tiles forced and with the stock tiles, the runtime tile spec (GGML_VK_MALI_WARPTILE=<spec>: a valid
 #     spec on the same cases, each rule's rejection line), then a small MUL_MAT subset and greedy
-#     generation (tests/test_llama_intdot.py, tests/test_llama_tilespec.py, tests/test_llama_vulkan.py).
+#     generation (tests/llama/: test_llama_intdot.py, test_llama_tilespec.py, test_llama_vulkan.py).
 # Bookworm's glslc 2023.2 lacks GL_EXT_integer_dot_product and its Vulkan headers are too old for
 # b9101: trixie's glslc (with its libshaderc, ld.so, libc, libstdc++), libvulkan-dev and
 # spirv-headers are fetched with apt-get download and unpacked with dpkg -x (nothing installed);
@@ -125,6 +125,6 @@ step "ROCKY_LLAMA_BIN_DIR=$BIN (written to $CACHE/llama-bin-dir)"
 step "lavapipe: int-dot L pipelines (all 11 *_q8_1_l), Mali tiles forced and stock; MUL_MAT subset; generation"
 export GGML_VK_VISIBLE_DEVICES=0 GGML_NO_BACKTRACE=1
 ROCKY_LLAMA_SDIST_CACHE=$CACHE/pypi "$PYTEST_PY" -m pytest -q -m slow -rs -p no:cacheprovider \
-    "$REPO/tests/test_llama_intdot.py" "$REPO/tests/test_llama_tilespec.py" \
-    "$REPO/tests/test_llama_vulkan.py" "$REPO/tests/test_llama_sources.py"
+    "$REPO/tests/llama/test_llama_intdot.py" "$REPO/tests/llama/test_llama_tilespec.py" \
+    "$REPO/tests/llama/test_llama_vulkan.py" "$REPO/tests/llama/test_llama_sources.py"
 step "done in $(( $(date +%s) - t0 ))s"

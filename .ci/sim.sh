@@ -6,7 +6,7 @@
 #   3. one llama-bench run (ub 64, small model) succeeds on the simulated G610
 #   4. the board's self-test (rocky_selftest) accepts the simulated G610: vulkan_device
 #      and the ub 64 sweep PASS on real panvk / llama-bench output
-# via the slow tests in tests/test_sim.py. Caches under ${ROCKY_CACHE:-/var/cache/rocky-vulkan}/sim.
+# via the slow tests in tests/sim/test_sim.py. Caches under ${ROCKY_CACHE:-/var/cache/rocky-vulkan}/sim.
 # Needs root (debootstrap, chroot, mount namespaces). Cold: see docs/verification/sim.md.
 set -euo pipefail
 
@@ -57,5 +57,5 @@ fi
 
 say "slow simulator tests"
 ROCKY_SIM_ROOT=$SIM/root ROCKY_SIM_MODEL=$MODEL ROCKY_SIM_BIG_MODEL=$BIG \
-	"$PY" -m pytest -q -m slow tests/test_sim.py -rs
+	"$PY" -m pytest -q -m slow tests/sim/test_sim.py -rs
 say "done in $(($(date +%s) - start)) s"

@@ -13,7 +13,7 @@ h200_unpack
 h200_configure "$O"
 cmake --build /tmp/b -j "$(nproc)" --target test-backend-ops > "$O/build.log" 2>&1 || { tail -40 "$O/build.log"; exit 1; }
 ts built; B=/tmp/b/bin
-PYTHONPATH=$R/tools python3 -m tests.intdot_cases /tmp/intdot.cases
+PYTHONPATH=$R/tools python3 -m tests.helpers.intdot_cases /tmp/intdot.cases
 export GGML_NO_BACKTRACE=1 GGML_VK_DISABLE_COOPMAT=1 GGML_VK_DISABLE_COOPMAT2=1
 F='type_a=f16,type_b=f32,m=16,n=1,k=256,bs=.1,1.,nr=.1,1.'
 $B/test-backend-ops -b Vulkan0 -o MUL_MAT -p "$F" > "$O/auto.log" 2>&1; ts "auto rc=$?"

@@ -21,7 +21,7 @@ cmake --build /tmp/b -j "$(nproc)" --target test-backend-ops > "$L/build.log" 2>
 ts built; B=/tmp/b/bin
 # L-tile cases: the 11 int-dot types (tests.intdot_cases) plus f32, f16, bf16 and iq4_nl
 # (mul_mm.comp: float and dequant), m and n > 64; k 224 is not a multiple of 128 (unaligned pipelines).
-PYTHONPATH=$R/tools python3 -m tests.intdot_cases /tmp/l.cases >/dev/null
+PYTHONPATH=$R/tools python3 -m tests.helpers.intdot_cases /tmp/l.cases >/dev/null
 python3 - >> /tmp/l.cases <<'EOF'
 for t, blk, size in ((0, 1, 4), (1, 1, 2), (30, 1, 2), (20, 32, 18)):
     for m, n, k in ((128, 128, 256), (136, 72, 512), (136, 72, 224)):

