@@ -70,7 +70,9 @@ ENV_NEEDS = {
     ),
     "needs_bitbake": EnvNeed(("ROCKY_BITBAKE_DIR",), "a bitbake 2.18 checkout"),
     "needs_oecore": EnvNeed(("ROCKY_OECORE_DIR",), "openembedded-core at the pin"),
-    "needs_sshd": EnvNeed(("ROCKY_SSHD",), "a command running sshd (see docs/verification.md)"),
+    "needs_sshd": EnvNeed(
+        ("ROCKY_SSHD",), "a command running sshd (see docs/verification/config-access.md)"
+    ),
 }
 
 

@@ -2,7 +2,7 @@
 # Device run (H200, NVIDIA Vulkan): the patched b9101 tree (exact pin, from PyPI, no test hooks)
 # built with trixie's glslc so the integer-dot shaders exist; then, coopmat off so the scalar tiles
 # are used: the auto switch (must stay off on NVIDIA), a bad GGML_VK_MALI_WARPTILE value (must
-# warn), and the int-dot L cases (tests.intdot_cases) plus MUL_MAT / MUL_MAT_ID with the
+# warn), and the int-dot L cases (tests.helpers.intdot_cases) plus MUL_MAT / MUL_MAT_ID with the
 # Mali tiles forced and stock, GGML_VK_PIPELINE_STATS naming the pipelines and their statistics.
 # Needs beside the repo: .h200/llama-src.tar.gz (`llama-src prepare DIR` packed as full/) and
 # .h200/debs (trixie glslc, libshaderc1, libc6, libgcc-s1, libstdc++6, libvulkan-dev,

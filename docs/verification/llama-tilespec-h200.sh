@@ -19,7 +19,7 @@ grep -c "ggml_vk_parse_mali_warptile_spec" $S/ggml/src/ggml-vulkan/ggml-vulkan.c
 h200_configure "$L"
 cmake --build /tmp/b -j "$(nproc)" --target test-backend-ops > "$L/build.log" 2>&1 || { grep -B2 -A12 "error" "$L/build.log" | head -80; exit 1; }
 ts built; B=/tmp/b/bin
-# L-tile cases: the 11 int-dot types (tests.intdot_cases) plus f32, f16, bf16 and iq4_nl
+# L-tile cases: the 11 int-dot types (tests.helpers.intdot_cases) plus f32, f16, bf16 and iq4_nl
 # (mul_mm.comp: float and dequant), m and n > 64; k 224 is not a multiple of 128 (unaligned pipelines).
 PYTHONPATH=$R/tools python3 -m tests.helpers.intdot_cases /tmp/l.cases >/dev/null
 python3 - >> /tmp/l.cases <<'EOF'

@@ -416,7 +416,7 @@ def test_pam_with_no_keys_and_no_hash_stops_the_build(project, tmp_path):
 def test_real_sshd_reads_the_postprocessed_config_the_same_way(project, tmp_path, case):
     """`sshd -T` (OpenSSH's own parser) on the post-processed config. Needs ROCKY_SSHD: a
     command that runs an sshd binary, e.g. Debian's from `apt-get download openssh-server`
-    (docs/verification.md shows the command); skipped without it."""
+    (docs/verification/config-access.md shows the command); skipped without it."""
     sshd = os.environ["ROCKY_SSHD"]
     edit, passwords, _ = ACCESS_CASES[case]
     image = rendered(project, edit)[IMAGE]

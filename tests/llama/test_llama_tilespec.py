@@ -2,7 +2,7 @@
 
 The slow tests need ROCKY_LLAMA_BIN_DIR: a bin/ with test-backend-ops built by .ci/llama.sh (trixie
 glslc, the test-only lavapipe hooks; see tests/llama/test_llama_intdot.py for what the hooks do).
-The grammar and rules are in docs/verification/llama-patch.md, section "Runtime tile spec"; every
+The grammar and rules are in docs/dev/formats.md, section "Tile spec"; every
 rule has a spec here that breaks it (and only it, the earlier rules hold) and must get its own
 one-line rejection and the built-in Mali tiles.
 """

@@ -3,7 +3,7 @@ candidate, and the shipped tile_candidates.json.
 
 The logs below are ggml-vulkan's real output format (ggml_vk_create_pipeline with panvk's
 statistic names, as recorded in docs/verification/sim.md and tests/sim/test_sim.py). The tile-spec
-lines are the patch's (docs/verification/llama-patch.md, "Runtime tile spec"); text, not a run.
+lines are the patch's (docs/dev/formats.md, "Tile spec"); text, not a run.
 """
 
 from __future__ import annotations

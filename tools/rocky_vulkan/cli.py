@@ -42,7 +42,7 @@ the usual order:
   rocky-vulkan report result.json     the board's numbers against the reference, and a verdict
 
 After changing rocky-vulkan.yaml, run `rocky-vulkan render` and commit both.
-`rocky-vulkan COMMAND --help` describes one command; README.md has the walk-through."""
+`rocky-vulkan COMMAND --help` describes one command; docs/user/ has the walk-through."""
 
 
 def build_parser() -> argparse.ArgumentParser:

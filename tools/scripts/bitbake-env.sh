@@ -1,5 +1,5 @@
 #!/bin/bash
-# Build-readiness check as far as offline allows, and the dumps tests/test_bitbake_env.py reads:
+# Build-readiness check as far as offline allows, and the dumps tests/layer/test_bitbake_env.py reads:
 # per machine, the parse and `bitbake -n rocky-vulkan-image` (every task of the image, with
 # signatures, nothing run), `bitbake -e` of the recipes whose values we render; and, for the
 # first machine, the image refused without the model licence.
@@ -11,7 +11,7 @@
 # and checks out the commits of kas/base.lock.yml. Run as a normal user (bitbake refuses root),
 # with kas 5.5 on PATH. OUT gets work/ (kas repos and build dir), one folder per machine, and
 # layer-tree (the git tree of meta-rocky-vulkan/ the dumps belong to). Then:
-#   ROCKY_BITBAKE_ENV_DIR=OUT pytest -m slow tests/test_bitbake_env.py
+#   ROCKY_BITBAKE_ENV_DIR=OUT pytest -m slow tests/layer/test_bitbake_env.py
 set -euo pipefail
 
 if [ $# -lt 2 ]; then

@@ -8,7 +8,7 @@ family, e.g.
 Families: mm (float mul_mm, 11 values), mmq (dequant mul_mm, 11), int (integer-dot mul_mmq, 12)
 and int_k (k-quant integer-dot mul_mmq, 12); values in the order of FIELDS, the 12th is BK_STEP.
 A family the spec leaves out keeps the built-in Mali tile. The rules mirror the patch's R1-R13
-(docs/verification/llama-patch.md, "Runtime tile spec", from mul_mm.comp / mul_mmq.comp at ggml
+(docs/dev/formats.md, "Tile spec", from mul_mm.comp / mul_mmq.comp at ggml
 f76511eb), never looser: values up to 4096 (patch: 65535) and shared memory at fp32 sizes (the
 patch: fp16 sizes on fp16 devices). So a spec this tool writes is one ggml-vulkan accepts.
 Standard library only: the board's tuner uses it too.
@@ -129,7 +129,7 @@ def shared_bytes(family: str, values: tuple[int, ...]) -> int:
 
 def tile_problems(family: str, values: tuple[int, ...], limits: Limits = G610) -> list[str]:
     """Every rule one family's tile breaks, as 'family: <rule>' in the patch's words (its rules
-    R1-R13, docs/verification/llama-patch.md "Runtime tile spec"); empty when legal."""
+    R1-R13, docs/dev/formats.md "Tile spec"); empty when legal."""
     if family not in FAMILIES:
         return [f"{family}: unknown family"]
     if len(values) != FAMILIES[family] or any(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.project import ROOT
 
 
 def _tree_digest(root: Path) -> dict[str, str]:
