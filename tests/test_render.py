@@ -106,7 +106,7 @@ def test_failed_render_leaves_old_tree_untouched(project, monkeypatch):
             raise OSError("disk full (injected)")
         return real_rename(src, dst)
 
-    monkeypatch.setattr(render_mod.os, "rename", rename_then_fail)
+    monkeypatch.setattr(os, "rename", rename_then_fail)
     (project / "meta-rocky-vulkan/meta-rocky-vulkan/conf/layer.conf").write_text("old\n")
     before[project / "meta-rocky-vulkan/meta-rocky-vulkan/conf/layer.conf"] = b"old\n"
     with pytest.raises(
