@@ -22,6 +22,22 @@ BOARD_TILES_ENV = paths.TILES_ENV
 BOARD_TILE_CANDIDATES = paths.TILE_CANDIDATES
 BOARD_SELFTEST_USER = paths.USER  # unprivileged system user the checks run as
 
+# The same paths as a recipe installs them: under oe-core's directory variables.
+_BB_DIRS = (
+    ("/usr/bin", "${bindir}"),
+    ("/usr/share", "${datadir}"),
+    ("/etc", "${sysconfdir}"),
+    ("/var", "${localstatedir}"),
+)
+
+
+def bb_path(path: str) -> str:
+    """'/usr/share/rocky-selftest' -> '${datadir}/rocky-selftest' (a Jinja filter too)."""
+    for prefix, variable in _BB_DIRS:
+        if path == prefix or path.startswith(prefix + "/"):
+            return variable + path[len(prefix) :]
+    raise ValueError(f"{path}: not under a directory a recipe installs to")
+
 
 def selftest_board_config(cfg: Config) -> dict:
     """The board's /etc/rocky-selftest/config.json (read by rocky_selftest.settings)."""

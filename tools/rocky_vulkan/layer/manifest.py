@@ -86,6 +86,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(escape.FILTERS)
+    env.filters["bb_path"] = board.bb_path
     return env
 
 
@@ -191,6 +192,7 @@ def _selftest_context(cfg: Config) -> dict:
         "libdir": board.BOARD_SELFTEST_LIBDIR,
         "config_path": board.BOARD_SELFTEST_CONFIG,
         "model_dir": board.BOARD_MODEL_DIR,
+        "results_dir": board.BOARD_RESULTS_DIR,
         "state_name": board.BOARD_RESULTS_DIR.rsplit("/", 1)[1],
         "env_file": board.BOARD_TILES_ENV,
         "deadline_s": st.deadline_s,
