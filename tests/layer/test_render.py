@@ -106,7 +106,7 @@ def test_failed_render_leaves_old_tree_untouched(project, monkeypatch):
             raise OSError("disk full (injected)")
         return real_rename(src, dst)
 
-    monkeypatch.setattr(render_mod.os, "rename", rename_then_fail)
+    monkeypatch.setattr(os, "rename", rename_then_fail)
     (project / "meta-rocky-vulkan/meta-rocky-vulkan/conf/layer.conf").write_text("old\n")
     before[project / "meta-rocky-vulkan/meta-rocky-vulkan/conf/layer.conf"] = b"old\n"
     with pytest.raises(
@@ -127,3 +127,16 @@ def test_changes_to_upstream_recipes_leave_other_distros_signatures_alone():
     for path in [*files, *(ROOT / "meta-rocky-vulkan").glob("recipes-*/*/*.bbappend")]:
         for line in path.read_text().splitlines():
             assert not line.startswith("SRC_URI["), f"{path.name}: unconditional flag: {line}"
+
+
+def test_plain_templates_carry_the_generated_header():
+    # Files under templates/ without .j2 are copied as they are, so the header is written out in
+    # them: it must stay the render's own (the licence text is the one file without it).
+    from rocky_vulkan.layer import manifest
+
+    plain = [t for t in manifest.template_tree() if not t.endswith(manifest.JINJA_SUFFIX)]
+    assert manifest.LICENCE in plain
+    for name in plain:
+        if name != manifest.LICENCE:
+            first = (manifest.TEMPLATES / name).read_text().splitlines()[0]
+            assert first == "# " + manifest.HEADER_TEXT, name

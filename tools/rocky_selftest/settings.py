@@ -6,9 +6,9 @@ import json
 import os
 from dataclasses import dataclass, field, fields
 
-from . import CONFIG_SCHEMA_VERSION
+from . import CONFIG_SCHEMA_VERSION, paths
 
-DEFAULT_CONFIG = "/etc/rocky-selftest/config.json"
+DEFAULT_CONFIG = paths.CONFIG
 
 
 class SettingsError(Exception):
@@ -32,10 +32,10 @@ class Settings:
     run_timeout_s: int = 900
     # The whole run stops starting new benchmarks after this many seconds.
     deadline_s: int = 7200
-    bin_dir: str = "/usr/bin"
+    bin_dir: str = paths.BINDIR
     vulkaninfo: str = "vulkaninfo"
-    results_dir: str = "/var/lib/rocky-selftest"
-    motd_path: str = "/etc/motd"
+    results_dir: str = paths.RESULTS_DIR
+    motd_path: str = paths.MOTD
     sysroot: str = "/"
     gpu_driver: str = "panthor"
     gpu_name: str = "Mali-G610"
@@ -57,7 +57,7 @@ class Settings:
     # run tune_repeats more times.
     tune_budget_s: int = 1200
     tune_at_first_boot: bool = False
-    tune_candidates: str = "/usr/share/rocky-selftest/tile_candidates.json"
+    tune_candidates: str = paths.TILE_CANDIDATES
     tune_top: int = 3
     tune_repeats: int = 2
 

@@ -8,11 +8,12 @@ import json
 import os
 from typing import Any
 
+from .paths import TILES_ENV_NAME
 from .results import os_error_text, write_atomic
 from .tune_spec import ENV_VAR, SpecError, check_spec, parse_spec
 
 PROGRESS_NAME = "tune-progress.json"
-ENV_NAME = "tuned-tiles.env"
+ENV_NAME = TILES_ENV_NAME
 PROGRESS_SCHEMA = "rocky-tune-progress"
 CANDIDATES_SCHEMA = "rocky-tile-candidates"
 MAX_BYTES = 1 << 20

@@ -30,6 +30,7 @@ SRC_URI = "\
     file://rocky_selftest/kld_text.txt \
     file://rocky_selftest/match.py \
     file://rocky_selftest/outcome.py \
+    file://rocky_selftest/paths.py \
     file://rocky_selftest/publish.py \
     file://rocky_selftest/results.py \
     file://rocky_selftest/runner.py \

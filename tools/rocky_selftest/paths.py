@@ -1,0 +1,20 @@
+"""Where the self-test's files live on the board: the one home of these paths.
+
+The layer's recipes install files there and the rendered config.json points there; the host
+side (`rocky_vulkan.layer.board`) imports them from here, since this package cannot import it.
+"""
+
+BINDIR = "/usr/bin"
+DATADIR = "/usr/share"
+MODEL_SUBDIR = "rocky-models"  # under ${datadir}
+MODEL_DIR = f"{DATADIR}/{MODEL_SUBDIR}"
+LIBDIR = f"{DATADIR}/rocky-selftest"  # the package (rocky_selftest/) and its data
+CONFIG = "/etc/rocky-selftest/config.json"
+MOTD = "/etc/motd"
+RESULTS_DIR = "/var/lib/rocky-selftest"  # the unit's StateDirectory=
+STAMP = f"{RESULTS_DIR}/first-boot.stamp"
+TUNE_STAMP = f"{RESULTS_DIR}/tune-done.stamp"
+TILES_ENV_NAME = "tuned-tiles.env"  # the tuner's choice, read by rocky-tiles-env and login shells
+TILES_ENV = f"{RESULTS_DIR}/{TILES_ENV_NAME}"
+TILE_CANDIDATES = f"{LIBDIR}/tile_candidates.json"
+USER = "rocky-selftest"  # the unprivileged system user the checks run as
