@@ -127,6 +127,7 @@ class Image:
 class Config:
     path: Path
     default_machine: str
+    project_url: str
     release: str
     distro: str
     repos: tuple[Repo, ...]
@@ -387,6 +388,7 @@ def _build(data: dict[str, Any], source: Path) -> Config:
     return Config(
         path=source,
         default_machine=data["default_machine"],
+        project_url=data["project"]["url"],
         release=data["yocto"]["release"],
         distro=data["yocto"]["distro"],
         repos=tuple(
