@@ -25,7 +25,8 @@ import pytest
 import yaml
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import ConfigError, load_config
-from rocky_vulkan.layer import render as render_mod
+from rocky_vulkan.layer import manifest
+from rocky_vulkan.layer.errors import RenderError
 
 from tests.helpers import hostile
 from tests.helpers.project import ROOT
@@ -325,12 +326,12 @@ def test_escaping_filters_stop_values_that_skipped_the_loader(tmp_path, where, v
     # the shape it has with a plain value in that field.
     cfg = load_config(ROOT / "rocky-vulkan.yaml")
     try:
-        files = render_mod.render_files(_hand_built(cfg, where, value))
-    except render_mod.RenderError as err:
+        files = manifest.render_files(_hand_built(cfg, where, value))
+    except RenderError as err:
         assert "refusing to write" in str(err)
         return
     plain = PLAIN[where]
-    baseline = render_mod.render_files(_hand_built(cfg, where, plain))
+    baseline = manifest.render_files(_hand_built(cfg, where, plain))
     got = hostile.shape(files, tmp_path / "got")
     assert got == hostile.shape(baseline, tmp_path / "baseline")
 

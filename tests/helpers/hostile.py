@@ -30,7 +30,7 @@ from oelint_parser.cls_item import Function, Variable
 from oelint_parser.cls_stash import Stash
 from rocky_vulkan.config import ConfigError, load_config
 from rocky_vulkan.errors import UserError
-from rocky_vulkan.layer.render import render_files
+from rocky_vulkan.layer.manifest import render_files
 
 from tests.helpers.project import ROOT
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 from rocky_vulkan.config import Machine, load_config
-from rocky_vulkan.layer import render as render_mod
+from rocky_vulkan.layer import manifest
 
 from tests.helpers.project import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_bitbake_dumps]
 CFG = load_config(ROOT / "rocky-vulkan.yaml")
-BSP = render_mod.BSP_LAYER
+BSP = manifest.BSP_LAYER
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ def test_image_is_refused_until_the_model_licence_is_accepted(dumps):
     text = (dumps / "no-licence.txt").read_text(errors="replace")
     assert f'MACHINE              = "{CFG.machines[0].name}"' not in text  # skipped before
     assert "the model's licence is not accepted" in text
-    assert f"LICENSE_FLAGS_ACCEPTED += '{render_mod.MODEL_LICENSE_FLAG}'" in text
+    assert f"LICENSE_FLAGS_ACCEPTED += '{manifest.MODEL_LICENSE_FLAG}'" in text
 
 
 @pytest.mark.parametrize("machine", CFG.machines, ids=lambda m: m.name)
@@ -150,4 +150,4 @@ def test_model_is_fetched_at_a_pinned_revision_by_sha256(dumps, machine):
     flag = re.search(r'^#   set (\S+):\d+\n#     \[sha256sum\] "([0-9a-f]+)"$', env, re.M)
     assert flag, "no SRC_URI[sha256sum] in the history"
     assert flag.group(1).endswith("/rocky-model_1.0.bb") and flag.group(2) == CFG.model.sha256
-    assert variable(env, "LICENSE_FLAGS")[0] == render_mod.MODEL_LICENSE_FLAG
+    assert variable(env, "LICENSE_FLAGS")[0] == manifest.MODEL_LICENSE_FLAG

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from rocky_vulkan.config import load_config
-from rocky_vulkan.layer.render import render_files
+from rocky_vulkan.layer.manifest import render_files
 
 IMAGE = "meta-rocky-vulkan/meta-rocky-vulkan/recipes-core/images/rocky-vulkan-image.bb"
 INSECURE = ("empty-root-password", "allow-empty-password", "allow-root-login", "debug-tweaks")

@@ -9,11 +9,11 @@ import re
 import pytest
 import yaml
 from rocky_vulkan.config import load_config
-from rocky_vulkan.layer import render as render_mod
+from rocky_vulkan.layer import manifest
 
 from tests.helpers.project import ROOT
 
-BSP, DISTRO, SOFTWARE = render_mod.SUB_LAYERS
+BSP, DISTRO, SOFTWARE = manifest.SUB_LAYERS
 IMAGE = f"{SOFTWARE}/recipes-core/images/rocky-vulkan-image.bb"
 MODEL = f"{SOFTWARE}/recipes-llm/rocky-model/rocky-model_1.0.bb"
 MESA = f"{DISTRO}/recipes-graphics/mesa/mesa.bbappend"
@@ -26,7 +26,7 @@ def cfg():
 
 @pytest.fixture(scope="module")
 def files(cfg) -> dict[str, str]:
-    return {k: v.decode() for k, v in render_mod.render_files(cfg).items()}
+    return {k: v.decode() for k, v in manifest.render_files(cfg).items()}
 
 
 def value(text: str, name: str, op: str = r"[?]*=") -> str:
@@ -46,7 +46,7 @@ def test_each_layer_has_exactly_one_type(files):
     assert dirs(DISTRO) == {"layer.conf", "distro"}
     assert dirs(SOFTWARE) == {"layer.conf"}
     collections = set()
-    for layer in render_mod.SUB_LAYERS:
+    for layer in manifest.SUB_LAYERS:
         for name in ("README.md", "SECURITY.md"):
             assert f"{layer}/{name}" in files, (layer, name)
         conf = files[f"{layer}/conf/layer.conf"]
@@ -59,7 +59,7 @@ def test_each_layer_has_exactly_one_type(files):
 
 def test_kas_lists_every_rendered_layer(files):
     layers = yaml.safe_load(files["kas/base.yml"])["repos"]["rocky-vulkan-llama"]["layers"]
-    assert set(layers) == set(render_mod.SUB_LAYERS)
+    assert set(layers) == set(manifest.SUB_LAYERS)
 
 
 def test_machine_files_carry_our_board_settings_and_no_redundant_overrides(cfg, files):
@@ -107,7 +107,7 @@ def test_gpu_stack_is_a_hard_dependency_of_the_image(files):
 
 def test_model_licence_is_gated_by_license_flags(files):
     flag = value(files[MODEL], "LICENSE_FLAGS")
-    assert flag == render_mod.MODEL_LICENSE_FLAG
+    assert flag == manifest.MODEL_LICENSE_FLAG
     assert f"LICENSE_FLAGS_ACCEPTED += '{flag}'" in value(
         files[MODEL], f"LICENSE_FLAGS_DETAILS[{flag}]"
     )

@@ -7,7 +7,9 @@ import os
 import pytest
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import load_config
+from rocky_vulkan.layer import manifest
 from rocky_vulkan.layer import render as render_mod
+from rocky_vulkan.layer.errors import RenderError
 
 from tests.helpers.project import ROOT
 
@@ -19,12 +21,12 @@ def test_committed_tree_matches_fresh_render():
 
 def test_render_is_deterministic(project):
     cfg = load_config(project / "rocky-vulkan.yaml")
-    assert render_mod.render_files(cfg) == render_mod.render_files(cfg)
+    assert manifest.render_files(cfg) == manifest.render_files(cfg)
 
 
 def test_render_writes_layer_and_kas_for_every_machine(project, tmp_path):
     cfg = load_config(project / "rocky-vulkan.yaml")
-    files = render_mod.render_files(cfg)
+    files = manifest.render_files(cfg)
     for machine in cfg.machines:
         conf = files[
             f"meta-rocky-vulkan/meta-rocky-vulkan-bsp/conf/machine/{machine.name}.conf"
@@ -43,7 +45,7 @@ def test_render_writes_layer_and_kas_for_every_machine(project, tmp_path):
 def test_config_change_flows_into_the_layer(project):
     path = project / "rocky-vulkan.yaml"
     path.write_text(path.read_text().replace("build_number: 9101", "build_number: 9200"))
-    files = render_mod.render_files(load_config(path))
+    files = manifest.render_files(load_config(path))
     recipe = files[
         "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/llama-cpp/llama-cpp_git.bb"
     ].decode()
@@ -59,7 +61,7 @@ def test_patches_listed_in_config_are_copied_and_wired(project):
     product = "patches: [llama.cpp-mali-mmq-warptile.patch, llama.cpp-perplexity-flush-log.patch]"
     assert product in text
     path.write_text(text.replace(product, "patches: [0001-test.patch]"))
-    files = render_mod.render_files(load_config(path))
+    files = manifest.render_files(load_config(path))
     assert files[
         "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/llama-cpp/files/0001-test.patch"
     ] == (patch.read_bytes())
@@ -109,9 +111,7 @@ def test_failed_render_leaves_old_tree_untouched(project, monkeypatch):
     monkeypatch.setattr(os, "rename", rename_then_fail)
     (project / "meta-rocky-vulkan/meta-rocky-vulkan/conf/layer.conf").write_text("old\n")
     before[project / "meta-rocky-vulkan/meta-rocky-vulkan/conf/layer.conf"] = b"old\n"
-    with pytest.raises(
-        render_mod.RenderError, match=r"disk full \(injected\).*Nothing was changed"
-    ):
+    with pytest.raises(RenderError, match=r"disk full \(injected\).*Nothing was changed"):
         render_mod.write_rendered(cfg)
     assert tree() == before  # the layer swapped back, and kas/ (moved aside) put back too
     assert not list(project.glob(".render-*"))

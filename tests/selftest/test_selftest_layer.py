@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rocky_selftest.settings import load_settings
 from rocky_vulkan.config import load_config
-from rocky_vulkan.layer import render as render_mod
+from rocky_vulkan.layer import manifest
 
 from tests.helpers.project import ROOT
 from tests.helpers.selftest import fake_root
@@ -120,7 +120,7 @@ def _render_with_sha(project: Path, sha: str) -> dict[str, str]:
     head, model = path.read_text().split("\nmodel:\n", 1)
     model = re.sub(r"(?m)^(  sha256: )(null|[0-9a-f]{64})$", rf"\g<1>{sha}", model, count=1)
     path.write_text(head + "\nmodel:\n" + model)
-    files = render_mod.render_files(load_config(path))
+    files = manifest.render_files(load_config(path))
     return {k: v.decode() for k, v in files.items()}
 
 

@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from rocky_selftest import paths
 from rocky_vulkan.config import load_config
-from rocky_vulkan.layer import render
 
 from tests.helpers import project
 from tests.helpers.project import ROOT
@@ -26,7 +26,7 @@ def test_board_config_and_recipe_carry_the_tuner():
     board = json.loads((FILES / "config.json").read_text())
     assert board["tune_budget_s"] == cfg.selftest.tune_budget_s
     assert board["tune_at_first_boot"] is cfg.selftest.tune_at_first_boot
-    assert board["tune_candidates"] == render.BOARD_TILE_CANDIDATES
+    assert board["tune_candidates"] == paths.TILE_CANDIDATES
     recipe = next(RECIPE_DIR.glob("*.bb")).read_text()
     for name in ("tile_candidates.json", "rocky-selftest-tune.service", "rocky-tiles-env"):
         assert f"file://{name}" in recipe
@@ -38,11 +38,11 @@ def test_board_config_and_recipe_carry_the_tuner():
 
 def test_tune_unit_resumes_until_done_and_runs_unprivileged():
     text = TUNE_UNIT.read_text()
-    assert f"ConditionPathExists=!{render.BOARD_TUNE_STAMP}" in text
+    assert f"ConditionPathExists=!{paths.TUNE_STAMP}" in text
     assert "After=rocky-selftest.service" in text
     s = settings(text)
     assert s["User"] == ["rocky-selftest"] and "CapabilityBoundingSet" in s
-    assert s["ExecStart"][0].endswith(f"tune --first-boot --stamp {render.BOARD_TUNE_STAMP}")
+    assert s["ExecStart"][0].endswith(f"tune --first-boot --stamp {paths.TUNE_STAMP}")
     assert not any(v.startswith("+") for v in s["ExecStart"])
 
 
@@ -67,7 +67,7 @@ def test_tune_unit_exposure_is_at_most_4_and_verifies(tmp_path):
 
 def _script(tmp_path: Path, name: str) -> Path:
     env_file = tmp_path / "tuned-tiles.env"
-    text = (FILES / name).read_text().replace(render.BOARD_TILES_ENV, str(env_file))
+    text = (FILES / name).read_text().replace(paths.TILES_ENV, str(env_file))
     path = tmp_path / name
     path.write_text(text)
     path.chmod(0o755)

@@ -16,7 +16,8 @@ from rocky_vulkan.config import Config, load_config
 from rocky_vulkan.errors import UserError
 from rocky_vulkan.host import buildlog, doctor
 from rocky_vulkan.layer import lint
-from rocky_vulkan.layer.render import KAS_DIR, write_rendered
+from rocky_vulkan.layer.manifest import KAS_DIR
+from rocky_vulkan.layer.render import write_rendered
 
 IMAGE_NAME = "rocky-vulkan-image"
 LOG_NAME = "rocky-vulkan-build.log"

@@ -1,7 +1,7 @@
 """The board as the layer lays it out, and the self-test's config.json for it.
 
 The paths have one home, `rocky_selftest.paths` (the on-board package reads them too and cannot
-import this one); the BOARD_* names here are the host side's view of them.
+import this one).
 """
 
 from __future__ import annotations
@@ -9,18 +9,6 @@ from __future__ import annotations
 from rocky_selftest import CONFIG_SCHEMA_VERSION, paths
 
 from rocky_vulkan.config import Config
-
-BOARD_BINDIR = paths.BINDIR
-BOARD_MODEL_SUBDIR = paths.MODEL_SUBDIR  # under ${datadir}
-BOARD_MODEL_DIR = paths.MODEL_DIR
-BOARD_SELFTEST_LIBDIR = paths.LIBDIR
-BOARD_SELFTEST_CONFIG = paths.CONFIG
-BOARD_RESULTS_DIR = paths.RESULTS_DIR
-BOARD_STAMP = paths.STAMP
-BOARD_TUNE_STAMP = paths.TUNE_STAMP
-BOARD_TILES_ENV = paths.TILES_ENV
-BOARD_TILE_CANDIDATES = paths.TILE_CANDIDATES
-BOARD_SELFTEST_USER = paths.USER  # unprivileged system user the checks run as
 
 # The same paths as a recipe installs them: under oe-core's directory variables.
 _BB_DIRS = (
@@ -44,7 +32,7 @@ def selftest_board_config(cfg: Config) -> dict:
     st = cfg.selftest
     return {
         "schema_version": CONFIG_SCHEMA_VERSION,
-        "model_path": f"{BOARD_MODEL_DIR}/{cfg.model.filename}",
+        "model_path": f"{paths.MODEL_DIR}/{cfg.model.filename}",
         "model_sha256": cfg.model.sha256,
         "ubatch_sizes": list(st.ubatch_sizes),
         "prompt_tokens": st.prompt_tokens,
@@ -58,10 +46,10 @@ def selftest_board_config(cfg: Config) -> dict:
         "deadline_s": st.deadline_s,
         "tune_budget_s": st.tune_budget_s,
         "tune_at_first_boot": st.tune_at_first_boot,
-        "tune_candidates": BOARD_TILE_CANDIDATES,
-        "bin_dir": BOARD_BINDIR,
-        "vulkaninfo": f"{BOARD_BINDIR}/vulkaninfo",
-        "results_dir": BOARD_RESULTS_DIR,
+        "tune_candidates": paths.TILE_CANDIDATES,
+        "bin_dir": paths.BINDIR,
+        "vulkaninfo": f"{paths.BINDIR}/vulkaninfo",
+        "results_dir": paths.RESULTS_DIR,
         "motd_path": paths.MOTD,
         "sysroot": "/",
     }

@@ -17,7 +17,8 @@ import jsonschema
 import yaml
 
 from rocky_vulkan.config import PATCH_DIR_NAME, Config, load_config
-from rocky_vulkan.layer.render import KAS_DIR, LAYER_DIR, diff_against_disk
+from rocky_vulkan.layer.manifest import KAS_DIR, LAYER_DIR
+from rocky_vulkan.layer.render import diff_against_disk
 
 EXIT_FINDINGS = 1
 EXIT_CRASH = 3

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import jinja2
 import rocky_selftest
+from rocky_selftest import paths
 
 from rocky_vulkan import __version__
 from rocky_vulkan.config import PATCH_DIR_NAME, Config
@@ -167,8 +168,8 @@ def _model_context(cfg: Config, env: jinja2.Environment) -> dict:
         "model_homepage": homepage,
         "model_licence_url": f"{homepage}/blob/{revision}/LICENSE",
         "model_host": url.partition("://")[2].split("/", 1)[0],
-        "model_dir": board.BOARD_MODEL_DIR,
-        "model_subdir": board.BOARD_MODEL_SUBDIR,
+        "model_dir": paths.MODEL_DIR,
+        "model_subdir": paths.MODEL_SUBDIR,
         "model_recipe": MODEL_RECIPE,
         "model_license_flag": MODEL_LICENSE_FLAG,
     }
@@ -183,18 +184,18 @@ def _selftest_context(cfg: Config) -> dict:
     """The self-test recipe's templates: the recipe, its units and scripts."""
     st = cfg.selftest
     return {
-        "user": board.BOARD_SELFTEST_USER,
+        "user": paths.USER,
         "selftest_sources": selftest_sources(),
         "copying_md5": hashlib.md5((TEMPLATES / LICENCE).read_bytes()).hexdigest(),
-        "stamp": board.BOARD_STAMP,
-        "tune_stamp": board.BOARD_TUNE_STAMP,
-        "bindir": board.BOARD_BINDIR,
-        "libdir": board.BOARD_SELFTEST_LIBDIR,
-        "config_path": board.BOARD_SELFTEST_CONFIG,
-        "model_dir": board.BOARD_MODEL_DIR,
-        "results_dir": board.BOARD_RESULTS_DIR,
-        "state_name": board.BOARD_RESULTS_DIR.rsplit("/", 1)[1],
-        "env_file": board.BOARD_TILES_ENV,
+        "stamp": paths.STAMP,
+        "tune_stamp": paths.TUNE_STAMP,
+        "bindir": paths.BINDIR,
+        "libdir": paths.LIBDIR,
+        "config_path": paths.CONFIG,
+        "model_dir": paths.MODEL_DIR,
+        "results_dir": paths.RESULTS_DIR,
+        "state_name": paths.RESULTS_DIR.rsplit("/", 1)[1],
+        "env_file": paths.TILES_ENV,
         "deadline_s": st.deadline_s,
         # The last run may start just before the deadline and take run_timeout_s.
         "timeout_start_s": st.deadline_s + st.run_timeout_s + 300,

@@ -11,46 +11,7 @@ from pathlib import Path
 from rocky_vulkan.config import Config, load_config
 from rocky_vulkan.errors import UserError
 from rocky_vulkan.layer import atomic, check
-from rocky_vulkan.layer.board import (
-    BOARD_STAMP,
-    BOARD_TILE_CANDIDATES,
-    BOARD_TILES_ENV,
-    BOARD_TUNE_STAMP,
-    selftest_board_config,
-)
-from rocky_vulkan.layer.errors import RenderError
-from rocky_vulkan.layer.manifest import (
-    BSP_LAYER,
-    DISTRO_LAYER,
-    KAS_DIR,
-    LAYER_DIR,
-    MODEL_LICENSE_FLAG,
-    OUTPUT_DIRS,
-    SOFTWARE_LAYER,
-    SUB_LAYERS,
-    render_files,
-)
-
-# The names callers and tests use, from the modules that define them.
-__all__ = [
-    "BOARD_STAMP",
-    "BOARD_TILE_CANDIDATES",
-    "BOARD_TILES_ENV",
-    "BOARD_TUNE_STAMP",
-    "BSP_LAYER",
-    "DISTRO_LAYER",
-    "KAS_DIR",
-    "LAYER_DIR",
-    "MODEL_LICENSE_FLAG",
-    "SOFTWARE_LAYER",
-    "SUB_LAYERS",
-    "RenderError",
-    "diff_against_disk",
-    "register",
-    "render_files",
-    "selftest_board_config",
-    "write_rendered",
-]
+from rocky_vulkan.layer.manifest import KAS_DIR, LAYER_DIR, OUTPUT_DIRS, render_files
 
 
 def write_rendered(cfg: Config, root: Path | None = None) -> list[str]:
