@@ -2,7 +2,7 @@
 
 A `needs_*` marker says what a test needs from outside the checkout; a test whose need is not met
 is skipped with a reason naming what to set or install (`pytest -rs` lists them). The markers are
-registered in pyproject.toml (`pytest --markers` lists them) and checked here, once, for every
+registered from the same table (`pytest --markers` lists them) and checked here, once, for every
 test that carries them: ENV_NEEDS below for those met by environment variables, then
 `needs_root` (uid 0) and `needs_tool(name, hint)` (`name` on PATH, or that absolute path).
 
@@ -96,6 +96,16 @@ def _unmet(mark: pytest.Mark) -> str | None:
         if _tool_missing(name):
             return f"needs_tool: {name} is not installed" + (f" ({hint[0]})" if hint else "")
     return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the needs_* markers (--strict-markers) from the one table of what they need."""
+    for name, need in ENV_NEEDS.items():
+        config.addinivalue_line("markers", f"{name}: {', '.join(need.names)}, {need.what}")
+    config.addinivalue_line("markers", "needs_root: runs as root (uid 0)")
+    config.addinivalue_line(
+        "markers", "needs_tool(name, hint): the program `name` on PATH (or that absolute path)"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
