@@ -145,9 +145,16 @@ def test_valid_spec_runs_the_float_and_dequant_large_pipelines(tmp_path):
     # Spec families named out of order: the log line gives them in the canonical order.
     spec = _spec({k: VALID[k] for k in ("mmq", "mm")})
     env = {"GGML_VK_MALI_WARPTILE": spec, "GGML_VK_PIPELINE_STATS": "matmul_"}
-    out = run_backend_ops(tmp_path, env, _float_cases())
-    assert f"(spec: mm={VALID['mm']};mmq={VALID['mmq']})" in out, out[:3000]
-    seen = set(SEEN.findall(out))
+    # One process per source type: all 8 cases in one test-backend-ops process crash about 1 run
+    # in 5 on bookworm's lavapipe (segfault in libvulkan_lvp.so or "corrupted double-linked
+    # list"), also without the spec; any 4-6 of them in one process never did
+    # (docs/verification/layout.md, "A lavapipe crash").
+    cases = _float_cases()
+    seen: set[str] = set()
+    for i in range(0, len(cases), 2):
+        out = run_backend_ops(tmp_path, env, cases[i : i + 2])
+        assert f"(spec: mm={VALID['mm']};mmq={VALID['mmq']})" in out, out[:3000]
+        seen |= set(SEEN.findall(out))
     for src in ("f32", "f16", "bf16", "iq4_nl"):
         large = {p for p in seen if p.startswith(f"matmul_{src}_")}
         assert any("aligned" in p for p in large) and any("aligned" not in p for p in large), (
