@@ -19,6 +19,7 @@ IMAGE_INSTALL += "\
     vulkan-loader \
     vulkan-tools \
     llama-cpp \
+    llama-cpp-server \
     llama-cpp-tests \
     sudo \
     rocky-selftest \
