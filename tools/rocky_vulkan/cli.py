@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "rocky_vulkan.llama.sources",
     "rocky_vulkan.sim",
     "rocky_vulkan.tiles.cli",
+    "rocky_vulkan.packaging.cli",
 )
 
 

@@ -132,8 +132,14 @@ def _class_files(recipe: bbfile.Recipe, store: bbfile.Store, root: Path) -> dict
 def packaged(
     name: str, project: Path, root: Path, build_paths: list[str], rules: oerules.OeRules
 ) -> qa.Packaged:
-    """The install tree at `root` split into the recipe's packages, ready for qa.run_all."""
-    path = recipe_file(name, project)
+    """The install tree at `root` of the table's recipe `name`, split into its packages."""
+    return packaged_recipe(recipe_file(name, project), root, build_paths, rules)
+
+
+def packaged_recipe(
+    path: Path, root: Path, build_paths: list[str], rules: oerules.OeRules
+) -> qa.Packaged:
+    """The install tree at `root` split into the packages of the recipe at `path`."""
     recipe, store = load_store(path, rules)
     if store.get("PACKAGE_DEBUG_SPLIT_STYLE") == "debug-with-srcpkg":
         store.raw[f"FILES:{recipe.pn}-src"] = "/usr/src/debug"

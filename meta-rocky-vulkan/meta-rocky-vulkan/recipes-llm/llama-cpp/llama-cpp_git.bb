@@ -61,6 +61,14 @@ do_install:append() {
     for tool in llama-bench llama-perplexity llama-simple llama-server llama-cli; do
         test -x ${D}${bindir}/$tool || bbfatal "$tool was not installed; the board needs it"
     done
+    # ggml-config.cmake records every GGML_* cache variable; GGML_VULKAN_SHADERS_GEN_TOOLCHAIN
+    # names the host toolchain file in ${WORKDIR}, a build path (QA buildpaths). It only
+    # matters while building ggml itself, so the installed package config leaves it empty.
+    sed -i -e 's|^set(GGML_VULKAN_SHADERS_GEN_TOOLCHAIN ".*")$|set(GGML_VULKAN_SHADERS_GEN_TOOLCHAIN "")|' \
+        ${D}${libdir}/cmake/ggml/ggml-config.cmake
+    # convert_hf_to_gguf.py converts Hugging Face checkpoints with torch, transformers and
+    # gguf-py, none of which is in the image: convert on a PC, do not ship it.
+    rm ${D}${bindir}/convert_hf_to_gguf.py
 }
 
 PACKAGES =+ "${PN}-server ${PN}-tests"

@@ -1,0 +1,5 @@
+import sys
+
+from rocky_vulkan.packaging.cli import main
+
+sys.exit(main())
