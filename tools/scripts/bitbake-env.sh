@@ -63,7 +63,7 @@ for machine in "${machines[@]}"; do
         set -e
         bitbake -T 600 -n rocky-vulkan-image > '$dir/dry-run.txt' 2>&1
         bitbake -T 600 -e > '$dir/global.env'
-        for recipe in mesa mesa-tools-native llama-cpp rocky-vulkan-image rocky-model linux-yocto; do
+        for recipe in mesa mesa-tools-native llama-cpp rocky-vulkan-image rocky-model rocky-selftest linux-yocto; do
             bitbake -T 600 -e \$recipe > '$dir/'\$recipe.env
         done
         bitbake -m
