@@ -106,7 +106,7 @@ DEST=$CACHE/llama-$KEY
 BIN=$DEST/root/usr/bin
 have_all() {
     [ -f "$DEST/PACKAGING.json" ] || return 1
-    for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || return 1; done
+    for t in "${TARGETS[@]}"; do [ -x "$DEST/install/usr/bin/$t" ] || return 1; done
 }
 if have_all; then
     step "build cached: $DEST"
@@ -135,15 +135,11 @@ else
     nice -n 10 cmake --build "$BUILD" -j "$JOBS" >"$CACHE/llama-build.log" 2>&1 \
         || { tail -60 "$CACHE/llama-build.log"; exit 1; }
     ccache -s | grep -iE "hits|misses" || true
-    step "cmake --install into a DESTDIR, then the recipe's do_install:append there"
+    step "cmake --install into a DESTDIR"
     DESTDIR=$TMPD/install cmake --install "$BUILD" >"$CACHE/llama-install.log" 2>&1 \
         || { tail -40 "$CACHE/llama-install.log"; exit 1; }
-    cp -al "$TMPD/install" "$TMPD/root"
-    pkg task llama-cpp do_install --part append --var D="$TMPD/root" --var WORKDIR="$TMPD/work" \
-        >"$TMPD/install-append.sh"
-    (cd "$TMPD/work" && bash "$TMPD/install-append.sh")
     rm -rf "$DEST.tmp" && mkdir -p "$DEST.tmp"
-    mv "$TMPD/install" "$TMPD/root" "$DEST.tmp/"
+    mv "$TMPD/install" "$DEST.tmp/"
     cp "$SRC/ROCKY-SOURCES.json" "$DEST.tmp/"
     sed -n '/^#####/,/^#####/p' "$CACHE/llama-prepare.log" >"$DEST.tmp/BANNER.txt"
     # What tests/packaging/test_oe_qa.py needs to judge the tree: which paths were the build's.
@@ -156,6 +152,13 @@ PY
     rm -rf "$DEST" && mv "$DEST.tmp" "$DEST"
     rm -rf "$TMPD"
 fi
+# The recipe's do_install:append, always from the current recipe, on a hard-linked copy of the
+# cached `cmake --install` output (its sed/rm replace or unlink entries, install/ stays as it was).
+step "the recipe's do_install:append on a copy of the install tree: $DEST/root"
+rm -rf "$DEST/root" && cp -al "$DEST/install" "$DEST/root"
+pkg task llama-cpp do_install --part append --var D="$DEST/root" --var WORKDIR="$DEST" \
+    >"$DEST/install-append.sh"
+(cd "$DEST" && bash "$DEST/install-append.sh")
 export ROCKY_LLAMA_BIN_DIR=$BIN ROCKY_LLAMA_INSTALL_DIR=$DEST
 # Shared libraries without RUNPATH, as in the image: the tools find them through the loader path.
 export LD_LIBRARY_PATH=$DEST/root/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

@@ -34,6 +34,12 @@ def _meta() -> dict:
     return json.loads((_install_dir() / "PACKAGING.json").read_text())
 
 
+def _build_paths() -> list[str]:
+    """OE's TMPDIR holds S, B, WORKDIR, the sysroots and D: here the build's temp dir, the
+    Vulkan sysroot (PACKAGING.json) and where the tree itself is staged."""
+    return [*_meta()["build_paths"], str(_install_dir())]
+
+
 def _report(p: qa.Packaged, findings: list[qa.Finding]) -> str:
     return trees.manifest(p) + "\n" + "\n".join(map(str, findings))
 
@@ -73,7 +79,7 @@ def test_llama_cpp_was_built_with_the_recipe_s_options() -> None:
 @pytest.mark.needs_llama_install
 def test_llama_cpp_tree_passes_oe_qa() -> None:
     root = _install_dir() / "root"
-    p = trees.packaged("llama-cpp", ROOT, root, _meta()["build_paths"], RULES)
+    p = trees.packaged("llama-cpp", ROOT, root, _build_paths(), RULES)
     findings = qa.run_all(p)
     print(_report(p, findings))
     for tool in ("llama-server", "llama-cli", "llama-bench", "test-backend-ops"):
@@ -97,7 +103,7 @@ def test_old_recipe_fails_on_the_same_build() -> None:
         script = trees.task_script(OLD_RECIPE, RULES, "do_install", {"D": str(image)},
                                    parts=("append",))  # fmt: skip
         trees.run_script(script, cwd=scratch)
-        p = trees.packaged_recipe(OLD_RECIPE, image, _meta()["build_paths"], RULES)
+        p = trees.packaged_recipe(OLD_RECIPE, image, _build_paths(), RULES)
         found = [str(f) for f in qa.run_all(p)]
     finally:
         shutil.rmtree(scratch)

@@ -124,6 +124,12 @@ def _cmake_like_tree(d: Path, workdir: Path) -> Path:
             )
         ],  # fmt: skip
         ("usr/bin/convert_hf_to_gguf.py", b"#!/usr/bin/env python3\n", 0o755),
+        # SNAPSHOT_DIR="${S}/tests/snapshots" is compiled into this one test
+        (
+            "usr/bin/test-quant-type-selection",
+            elf + f"{workdir}/src/tests/snapshots".encode(),
+            0o755,
+        ),  # fmt: skip
         ("usr/lib/libggml.so.0.11.1", elf, 0o755),
         ("usr/include/ggml.h", b"", 0o644),
         ("usr/lib/pkgconfig/llama.pc", b"prefix=/usr\n", 0o644),
@@ -153,6 +159,8 @@ def test_llama_cpp_install_append_on_a_cmake_like_tree(tmp_path: Path, recipe: s
     found = [str(f) for f in qa.run_all(p)]
     if recipe == "old":
         assert found == [
+            "[buildpaths] File /usr/bin/test-quant-type-selection in package llama-cpp-tests "
+            f"contains reference to {tmp_path} (a build, source or temp path: OE's TMPDIR)",
             "[buildpaths] File /usr/lib/cmake/ggml/ggml-config.cmake in package llama-cpp-dev "
             f"contains reference to {tmp_path} (a build, source or temp path: OE's TMPDIR)",
             "[file-rdeps (env)] /usr/bin/convert_hf_to_gguf.py in package llama-cpp runs `env "

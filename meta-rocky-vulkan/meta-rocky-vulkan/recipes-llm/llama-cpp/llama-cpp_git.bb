@@ -69,6 +69,10 @@ do_install:append() {
     # convert_hf_to_gguf.py converts Hugging Face checkpoints with torch, transformers and
     # gguf-py, none of which is in the image: convert on a PC, do not ship it.
     rm ${D}${bindir}/convert_hf_to_gguf.py
+    # test-quant-type-selection has its source tree's snapshot folder compiled in
+    # (SNAPSHOT_DIR="${S}/tests/snapshots", QA buildpaths) and fetches model metadata over
+    # HTTPS: it cannot run on the board, so it is not shipped.
+    rm ${D}${bindir}/test-quant-type-selection
 }
 
 PACKAGES =+ "${PN}-server ${PN}-tests"
