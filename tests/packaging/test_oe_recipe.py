@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from rocky_vulkan.errors import UserError
 from rocky_vulkan.packaging import bbfile, oerules, qa, trees
 
 from tests.helpers.project import FIXTURES, ROOT
@@ -37,6 +38,20 @@ def test_bitbake_operators_merge_over_oe_defaults(tmp_path: Path) -> None:
     assert store.words("OPTS") == ["-DX=0", "1", "2", "late", "-DY=b"]
     body = bbfile.task_body(recipe, "do_install", store)
     assert body.strip() == "echo /d/usr/bin $shellvar ${unknown}"
+
+
+def test_python_functions_and_tasks_are_read_not_run(tmp_path: Path) -> None:
+    path = tmp_path / "demo_1.0.bb"
+    path.write_text(
+        'A = "1"\npython do_check() {\n    bb.fatal("no")\n}\naddtask check after do_install\n'
+        "python () {\n    d.setVar('A', '2')\n}\n"
+    )
+    recipe, store = trees.load_store(path, RULES)
+    assert set(recipe.python_functions) == {"do_check", "__anonymous"}
+    assert not recipe.functions and store.get("A") == "1"
+    path.write_text("require demo.inc\n")
+    with pytest.raises(UserError, match="require is not followed"):
+        trees.load_store(path, RULES)
 
 
 MINI_DUMP = """\

@@ -23,7 +23,11 @@ _ASSIGN = re.compile(
     r"(?P<op>\?\?=|\?=|:=|\+=|=\+|\.=|=\.|=)\s*(?P<q>[\"'])(?P<value>.*)(?P=q)\s*$",
     re.S,
 )
-_FUNC = re.compile(r"^(?:fakeroot\s+)?(?P<name>[A-Za-z0-9_${}:-]+)\s*\(\)\s*\{\s*$")
+_FUNC = re.compile(
+    r"^(?P<python>python\s+)?(?:fakeroot\s+)?(?P<name>[A-Za-z0-9_${}:-]*)\s*\(\)\s*\{\s*$"
+)
+# Statements that change no variable the checks read (a recipe's tasks and handlers).
+_IGNORED = ("addtask ", "deltask ", "addhandler ", "EXPORT_FUNCTIONS ")
 _VAR_REF = re.compile(r"\$\{([A-Za-z0-9_:+.-]+)\}")
 _PY_REF = re.compile(r"\$\{@(.+?)\}(?=[^}]|$)")
 _LATE_OPS = ("append", "prepend", "remove")
@@ -45,6 +49,7 @@ class Recipe:
     ops: list[Op] = field(default_factory=list)
     flags: dict[tuple[str, str], str] = field(default_factory=dict)
     functions: dict[str, str] = field(default_factory=dict)  # name (with :append...) -> body
+    python_functions: dict[str, str] = field(default_factory=dict)  # not run here
     inherits: list[str] = field(default_factory=list)
 
 
@@ -83,11 +88,19 @@ def parse(path: Path) -> Recipe:
                 body.append(lines[i])
                 i += 1
             i += 1
-            recipe.functions[m.group("name")] = "\n".join(body) + "\n"
+            table = recipe.python_functions if m.group("python") else recipe.functions
+            table[m.group("name") or "__anonymous"] = "\n".join(body) + "\n"
             continue
         if stripped.startswith("inherit "):
             recipe.inherits += stripped.split()[1:]
             continue
+        if stripped.startswith(_IGNORED):
+            continue
+        if stripped.startswith(("require ", "include ")):
+            raise UserError(
+                f"{path}: {stripped.split()[0]} is not followed here: the packaging checks read "
+                "a recipe's own file only (put the values in the recipe, or extend bbfile.py)"
+            )
         m = _ASSIGN.match(stripped)
         if not m:
             raise UserError(f"{path}: cannot read this line as bitbake syntax: {line!r}")
