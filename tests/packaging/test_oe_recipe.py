@@ -113,6 +113,10 @@ def test_the_rules_are_oe_s() -> None:
     assert RULES.data["files"]["${PN}"]["from"].startswith("meta/conf/bitbake.conf:")
     assert RULES.file_providers["/usr/bin/python3"] == ["python3-core"]
     assert "/usr/bin/env" in RULES.ignored_file_rdeps
+    assert RULES.severity("buildpaths") == "error"
+    assert RULES.severity("file-rdeps (env)") == "error"
+    assert RULES.severity("pep517-backend") == "warning"
+    assert RULES.severity("no-such-test") == "off"
 
 
 def test_cmake_args_are_the_recipe_s(tmp_path: Path) -> None:

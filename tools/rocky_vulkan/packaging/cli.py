@@ -52,12 +52,16 @@ def _install(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     p = trees.packaged(args.recipe, Path(args.project), Path(args.root), args.build_path,
                        oerules.load())  # fmt: skip
+    rules = oerules.load()
     print(trees.manifest(p))
     findings = qa.run_all(p)
     for finding in findings:
-        print(finding)
-    print(f"{args.recipe}: {len(p.files())} files, {len(findings)} QA findings")
-    return 1 if findings else 0
+        print(f"{rules.severity(finding.check).upper()}: {finding}")
+    errors = [f for f in findings if rules.severity(f.check) == "error"]
+    print(
+        f"{args.recipe}: {len(p.files())} files, {len(errors)} QA errors, {len(findings)} findings"
+    )
+    return 1 if errors else 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

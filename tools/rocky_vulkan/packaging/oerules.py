@@ -192,6 +192,14 @@ class OeRules:
     def error_qa(self) -> list[str]:
         return self.data["error_qa"]
 
+    def severity(self, check: str) -> str:
+        """ "error" (ERROR_QA: bitbake stops), "warning" (WARN_QA) or "off", for a QA test's name;
+        our stricter variants ("file-rdeps (env)") take their base test's."""
+        base = check.split(" (", 1)[0]
+        if base in self.data["error_qa"]:
+            return "error"
+        return "warning" if base in self.data["warn_qa"] else "off"
+
     @property
     def ignored_file_rdeps(self) -> set[str]:
         return set(self.data.get("file_rdeps_ignored", {}))
