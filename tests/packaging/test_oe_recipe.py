@@ -191,3 +191,19 @@ def test_llama_cpp_install_append_on_a_cmake_like_tree(tmp_path: Path, recipe: s
         assert p.split.owner["/usr/bin/llama-server"] == "llama-cpp-server"
         assert p.split.owner["/usr/bin/test-backend-ops"] == "llama-cpp-tests"
         assert p.split.owner["/usr/lib/cmake/ggml/ggml-config.cmake"] == "llama-cpp-dev"
+
+
+@pytest.mark.needs_bitbake_dumps
+def test_merge_matches_bitbake_s_own_values() -> None:
+    """Our reader's PACKAGES, FILES and RDEPENDS for llama-cpp equal bitbake's expanded values in
+    the dump, for every package both have (the dump may predate a package the recipe added)."""
+    dumps = sorted(Path(os.environ["ROCKY_BITBAKE_ENV_DIR"]).glob("*/llama-cpp.env"))
+    assert dumps, "no */llama-cpp.env under ROCKY_BITBAKE_ENV_DIR"
+    final, _ = oerules.parse_dump(dumps[0].read_text())
+    _, store = trees.load_store(trees.recipe_file("llama-cpp", ROOT), RULES)
+    ours, theirs = store.words("PACKAGES"), final["PACKAGES"].split()
+    assert [p for p in ours if p in theirs] == theirs
+    for pkg in theirs:
+        assert store.words(f"FILES:{pkg}") == final.get(f"FILES:{pkg}", "").split(), pkg
+        deps = final.get(f"RDEPENDS:{pkg}", "")
+        assert qa.explode_deps(store.get(f"RDEPENDS:{pkg}")) == qa.explode_deps(deps), pkg
