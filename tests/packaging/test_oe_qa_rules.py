@@ -197,3 +197,13 @@ def test_systemd_units_go_to_their_package(tmp_path: Path, root: Path) -> None:
     found = _findings(tmp_path, root)
     assert "[installed-vs-shipped] /usr/lib/systemd/system/demo.service was installed but not " \
         "shipped in any package" in found  # fmt: skip
+
+
+def test_unversioned_so_link_in_the_main_package(tmp_path: Path, root: Path) -> None:
+    """${libdir}/${BPN}/* is in FILES:${PN}: a plugin's .so link there lands in the main package."""
+    _file(root, "/usr/lib/demo/libplug.so.1", ELF)
+    os.symlink("libplug.so.1", root / "usr/lib/demo/libplug.so")
+    assert _findings(tmp_path, root) == [
+        "[dev-so] non -dev/-dbg/nativesdk- package demo contains symlink .so "
+        "'/usr/lib/demo/libplug.so'"
+    ]
