@@ -5,9 +5,11 @@
 # vulkan-shaders-gen (an ExternalProject given GGML_VULKAN_SHADERS_GEN_TOOLCHAIN) and one shader.
 #
 #   tools/scripts/cross-llama.sh [DUMP]
+#   tools/scripts/cross-llama.sh --extract DUMP OUT
 #
-# DUMP: `bitbake -e llama-cpp` of the real layer set (tools/scripts/bitbake-env.sh), default
-# /var/tmp/yocto-compat/env2/rock-5-itx/llama-cpp.env. What comes from where:
+# DUMP: `bitbake -e llama-cpp` of the real layer set (tools/scripts/bitbake-env.sh), or the
+# extract of one that --extract writes (only the variables and the function used here, verbatim;
+# default: the committed .ci/llama-cpp-bitbake-e.txt, so CI needs no bitbake). What comes from where:
 #   EXTRA_OECMAKE, do_configure:prepend   the rendered recipe in this checkout (expanded by
 #                                         tools/scripts/oe_dump.py; ${WORKDIR} -> $W)
 #   host-toolchain.cmake.in               the recipe's files/, rendered by its do_configure:prepend
@@ -37,27 +39,45 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE=${ROCKY_CACHE:-/var/cache/rocky-vulkan}
-DUMP=${1:-/var/tmp/yocto-compat/env2/rock-5-itx/llama-cpp.env}
+OE="python3 $REPO/tools/scripts/oe_dump.py"
+# What this script reads from the dump (and all that --extract keeps).
+ENV_VARS=(CC CXX CPP CFLAGS CXXFLAGS CPPFLAGS LDFLAGS BUILD_CC BUILD_CXX BUILD_CPP BUILD_CFLAGS
+          BUILD_CXXFLAGS BUILD_CPPFLAGS BUILD_LDFLAGS PKG_CONFIG_SYSROOT_DIR)
+DUMP_VARS=(WORKDIR HOSTTOOLS HOSTTOOLS_NONFATAL HOSTTOOLS_DIR OECMAKE_ARGS "${ENV_VARS[@]}")
+if [ "${1:-}" = --extract ]; then
+    [ $# -eq 3 ] && [ -f "$2" ] || { echo "usage: $0 --extract DUMP OUT" >&2; exit 2; }
+    {
+        echo "# Extract of \`bitbake -e llama-cpp\` for tools/scripts/cross-llama.sh, written by"
+        echo "# \`tools/scripts/cross-llama.sh --extract DUMP OUT\`; lines verbatim from the dump."
+        echo "# dump: $2 ($(sha256sum "$2" | cut -c1-16)...), $(date -u +%Y-%m-%d)"
+        $OE extract "$2" "${DUMP_VARS[@]/#/--var=}" --func cmake_do_generate_toolchain_file
+    } >"$3.tmp"
+    mv "$3.tmp" "$3"
+    echo "wrote $3"
+    exit 0
+fi
+DUMP=${1:-$REPO/.ci/llama-cpp-bitbake-e.txt}
 SHADER=${CROSS_SHADER:-relu.comp}
 JOBS=${CROSS_JOBS:-2}
 RECIPE_DIR=$REPO/meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/llama-cpp
 RECIPE=$RECIPE_DIR/llama-cpp_git.bb
 W=$CACHE/cross/llama
 TX=$CACHE/trixie-tools
-OE="python3 $REPO/tools/scripts/oe_dump.py"
 export PYTHONPATH=$REPO/tools${PYTHONPATH:+:$PYTHONPATH}
 t0=$(date +%s)
 step() { echo "=== [cross-llama $(($(date +%s) - t0))s] $*"; }
 die() { echo "cross-llama: error: $*" >&2; exit 1; }
 
 [ -f "$DUMP" ] || die "no bitbake -e dump at $DUMP (tools/scripts/bitbake-env.sh MIRRORS OUT makes one)"
+echo "dump: $DUMP"
+grep -m3 '^# ' "$DUMP" || true
 [ -f "$RECIPE" ] || die "no recipe at $RECIPE"
 [ -x "$TX/glslc" ] && [ -f "$TX/usr/include/vulkan/vulkan.hpp" ] \
     || die "no trixie glslc / Vulkan headers in $TX: run .ci/llama.sh once (its trixie step)"
 
 step "versions"
 DUMP_WD=$($OE dump-var "$DUMP" WORKDIR)
-echo "dump: $DUMP (WORKDIR $DUMP_WD)"
+echo "WORKDIR in the dump: $DUMP_WD"
 echo "recipe: $RECIPE ($(git -C "$REPO" log -1 --format=%h -- "$RECIPE" 2>/dev/null || echo '?'))"
 export DEBIAN_FRONTEND=noninteractive
 if ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v file >/dev/null; then
@@ -157,10 +177,8 @@ PATH=$OEPATH bash -e "$W/generate_toolchain.sh"
 grep -E "CMAKE_(C|CXX)_COMPILER |CMAKE_SYSROOT|CMAKE_FIND_ROOT_PATH " "$W/toolchain.cmake"
 
 step "task environment (the dump's exports, mapped)"
-for v in CC CXX CPP CFLAGS CXXFLAGS CPPFLAGS LDFLAGS BUILD_CC BUILD_CXX BUILD_CPP BUILD_CFLAGS \
-         BUILD_CXXFLAGS BUILD_CPPFLAGS BUILD_LDFLAGS PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_DIR; do
-    val=$($OE dump-var "$DUMP" $v "${TM[@]}" 2>/dev/null) || continue
-    export "$v=$val"
+for v in "${ENV_VARS[@]}"; do
+    export "$v=$($OE dump-var "$DUMP" $v "${TM[@]}")"
 done
 # Debian's multiarch .pc files sit in usr/lib/aarch64-linux-gnu/pkgconfig (OE: usr/lib/pkgconfig).
 export PKG_CONFIG_LIBDIR=$W/recipe-sysroot/usr/lib/aarch64-linux-gnu/pkgconfig:$W/recipe-sysroot/usr/share/pkgconfig

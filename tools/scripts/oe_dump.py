@@ -8,6 +8,9 @@
     oe_dump.py recipe-var  RECIPE VAR  [--set K=V]...   VAR as assigned in RECIPE, expanded,
                                                         one shell word per line
     oe_dump.py recipe-func RECIPE FUNC [--set K=V]...   FUNC's body in RECIPE, expanded
+    oe_dump.py extract DUMP [--var VAR]... [--func FUNC]...
+                                                        those lines of the dump, verbatim, as a
+                                                        smaller dump that dump-* read the same way
     oe_dump.py same-words A B                           exit 0 if files A and B hold the same
                                                         shell words (order kept), else print the
                                                         difference and exit 1
@@ -140,11 +143,25 @@ def main(argv: list[str]) -> int:
         p.add_argument("recipe", type=Path)
         p.add_argument("name")
         p.add_argument("--set", action="append", default=[])
+    p = sub.add_parser("extract")
+    p.add_argument("dump", type=Path)
+    p.add_argument("--var", action="append", default=[])
+    p.add_argument("--func", action="append", default=[])
     p = sub.add_parser("same-words")
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)
     args = parser.parse_args(argv[1:])
 
+    if args.cmd == "extract":
+        dump = args.dump.read_text(errors="replace")
+        for name in args.var:
+            match = re.search(r"^(?:export )?" + re.escape(name) + r'=".*"$', dump, re.M)
+            if not match:
+                raise SystemExit(f"oe_dump: {name} is not set in the dump")
+            print(match.group(0))
+        for name in args.func:
+            print(f"{name}() {{\n{dump_func(dump, name)}}}")
+        return 0
     if args.cmd.startswith("dump-"):
         dump = args.dump.read_text(errors="replace")
         mapping = _pairs(args.map)
