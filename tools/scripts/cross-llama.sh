@@ -198,6 +198,12 @@ grep -E "CMAKE_SYSTEM_PROCESSOR|compiler identification|Found Vulkan|Found OpenS
 grep -h "set(CMAKE_CXX_COMPILER " "$B"/CMakeFiles/*/CMakeCXXCompiler.cmake
 grep -E "^Vulkan_GLSLC_EXECUTABLE|^Vulkan_LIBRARY:|^Vulkan_INCLUDE_DIR:|^OPENSSL_SSL_LIBRARY:|^GGML_VULKAN_SHADERS_GEN_TOOLCHAIN" "$B/CMakeCache.txt"
 
+# OE's buildpaths QA (an error at wrynose) fails a package whose files name the build folders:
+# list what configure wrote into files that `cmake --install` copies into the package.
+echo "build paths in files that get installed (ggml-config.cmake, llama-config.cmake, *.pc):"
+grep -n "$W" "$B/ggml/ggml-config.cmake" "$B/llama-config.cmake" "$B"/*.pc 2>/dev/null \
+    | sed "s|$W|\$W|g; s|^$B/||" || echo "  none"
+
 step "build the host tool: vulkan-shaders-gen (ExternalProject, -j$JOBS)"
 nice -n 10 env PATH=$OEPATH ninja -C "$B" -j "$JOBS" vulkan-shaders-gen >"$W/build-gen.log" 2>&1 \
     || { tail -40 "$W/build-gen.log"; die "vulkan-shaders-gen failed (log: $W/build-gen.log)"; }
