@@ -62,8 +62,10 @@ NATIVE_PKGS="build-essential meson ninja-build pkgconf python3-mako python3-yaml
  libxcb-xfixes0-dev libxcb-glx0-dev libxcb1-dev
  crossbuild-essential-arm64 qemu-user patch file"
 # Target (arm64, multiarch): mesa's DEPENDS for this PACKAGECONFIG: expat libdrm wayland
-# wayland-protocols zlib vulkan-loader vulkan-headers.
-TARGET_PKGS="libexpat1-dev:arm64 libdrm-dev:arm64 libwayland-dev:arm64 zlib1g-dev:arm64
+# wayland-protocols zlib vulkan-loader vulkan-headers (OE's wayland-dev has wayland-egl-backend.pc,
+# Debian ships it in libwayland-egl-backend-dev).
+TARGET_PKGS="libexpat1-dev:arm64 libdrm-dev:arm64 libwayland-dev:arm64 libwayland-egl-backend-dev:arm64
+ zlib1g-dev:arm64
  libvulkan-dev:arm64"
 
 in_root() {
@@ -94,7 +96,8 @@ cmd_root() {
 	in_root dpkg-query -W -f '${Package}:${Architecture} ${Version}\n' meson ninja-build \
 		llvm-$LLVM-dev libclc-$LLVM libllvmspirvlib-$LLVM-dev spirv-tools-dev glslang-tools \
 		gcc-aarch64-linux-gnu qemu-user libdrm-dev:amd64 libdrm-dev:arm64 libwayland-dev:arm64 \
-		libexpat1-dev:arm64 zlib1g-dev:arm64 libvulkan-dev:arm64 wayland-protocols patch \
+		libwayland-egl-backend-dev:arm64 libexpat1-dev:arm64 zlib1g-dev:arm64 libvulkan-dev:arm64 \
+		wayland-protocols patch \
 		| tee "$ROOT/.rocky-cross-versions"
 }
 
@@ -191,7 +194,9 @@ cmd_target() {
 		[ -x "$ROOT$nw/build/$t" ] || die "no $nw/build/$t: run '$0 native' first"
 	done
 	local twd; twd=$($OE dump-var "$td" WORKDIR)
-	local tmap=(--map "$twd/recipe-sysroot=/" --map "$twd=$tw" --map "$($OE dump-var "$td" S)=$src"
+	# recipe-sysroot -> / (multiarch root); recipe-sysroot-native named too, or the shorter
+	# recipe-sysroot mapping would eat its prefix.
+	local tmap=(--map "$twd/recipe-sysroot-native=$tw/recipe-sysroot-native" --map "$twd/recipe-sysroot=/" --map "$twd=$tw" --map "$($OE dump-var "$td" S)=$src"
 		--map "aarch64-poky-linux-=aarch64-linux-gnu-")
 	step "mesa: do_write_config + write_qemuwrapper (the dump's), tools staged in the native sysroot"
 	rm -rf "$ROOT$tw" && mkdir -p "$ROOT$tw/recipe-sysroot-native/usr/bin"
