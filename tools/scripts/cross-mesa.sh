@@ -5,11 +5,13 @@
 # host, then its mesa_clc, vtn_bindgen2 and panfrost_compile are built, as the target needs them
 # with -Dmesa-clc=system -Dprecomp-compiler=system), then for mesa (aarch64 cross file).
 #
-#   tools/scripts/cross-mesa.sh [root|tree|native|target|all] [DUMP_DIR]
+#   tools/scripts/cross-mesa.sh [root|tree|native|target|driver|all] [DUMP_DIR]
 #
 #   root    make the build root (below); tree: export the Mesa tree and apply the patch (root
 #   first if missing); native: mesa-tools-native setup and its three tools; target: mesa setup;
-#   all (default): tree, native, target. Each stage starts its own outputs afresh.
+#   all (default): tree, native, target (setup, then the four patched files compiled for aarch64);
+#   driver (optional, not in all): libvulkan_panfrost.so for aarch64. Each stage but driver
+#   starts its own outputs afresh.
 # DUMP_DIR: holds mesa.env and mesa-tools-native.env from `bitbake -e` of the real layer set
 # (tools/scripts/bitbake-env.sh), default /var/tmp/yocto-compat/env2/rock-5-itx.
 #
@@ -217,6 +219,28 @@ cmd_target() {
 		>"$ROOT$tw/setup.log" 2>&1 || { tail -40 "$ROOT$tw/setup.log"; die "mesa meson setup failed"; }
 	grep -E "^Host machine cpu|^Build machine cpu|Program (mesa_clc|vtn_bindgen2|panfrost_compile) found|Run-time dependency (libdrm|wayland-client|expat|zlib)" "$ROOT$tw/setup.log" || true
 	sed -n '/^mesa 26/,$p' "$ROOT$tw/setup.log"
+	step "mesa: compile the patched files for aarch64, panvk v10 (the G610's arch) (-j$JOBS)"
+	local objs=() f
+	for f in csf_panvk_vX_cmd_buffer csf_panvk_vX_cmd_dispatch csf_panvk_vX_cmd_precomp panvk_vX_device; do
+		objs+=("src/panfrost/vulkan/libpanvk_v10.a.p/$f.c.o")
+	done
+	in_root nice -n 10 ninja -C "$tw/build" -j "$JOBS" "${objs[@]}" >"$ROOT$tw/build-patched.log" 2>&1 \
+		|| { tail -40 "$ROOT$tw/build-patched.log"; die "compiling the patched files failed"; }
+	tail -1 "$ROOT$tw/build-patched.log"
+	echo "warnings: $(grep -c 'warning:' "$ROOT$tw/build-patched.log")"
+	for f in "${objs[@]}"; do file "$ROOT$tw/build/$f" | sed "s|$ROOT$tw/build/||"; done
+	step "done"
+}
+
+# Optional, ~1000 steps: the whole panvk driver for aarch64.
+cmd_driver() {
+	[ -f "$ROOT$TW/build/build.ninja" ] || die "no mesa build dir: run '$0 target' first"
+	step "mesa: build src/panfrost/vulkan/libvulkan_panfrost.so for aarch64 (-j$JOBS)"
+	in_root nice -n 10 ninja -C "$TW/build" -j "$JOBS" src/panfrost/vulkan/libvulkan_panfrost.so \
+		>"$ROOT$TW/build-driver.log" 2>&1 || { tail -40 "$ROOT$TW/build-driver.log"; die "driver build failed"; }
+	tail -1 "$ROOT$TW/build-driver.log"
+	echo "warnings: $(grep -c 'warning:' "$ROOT$TW/build-driver.log")"
+	file "$ROOT$TW/build/src/panfrost/vulkan/libvulkan_panfrost.so" | sed "s|$ROOT||"
 	step "done"
 }
 
@@ -229,6 +253,7 @@ root) cmd_root ;;
 tree) cmd_tree ;;
 native) cmd_native ;;
 target) cmd_target ;;
+driver) cmd_driver ;;
 all) cmd_tree && cmd_native && cmd_target ;;
-*) die "usage: $0 [root|tree|native|target|all] [DUMP_DIR]" ;;
+*) die "usage: $0 [root|tree|native|target|driver|all] [DUMP_DIR]" ;;
 esac
