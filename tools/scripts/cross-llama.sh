@@ -193,7 +193,7 @@ printf 'EXTRA_OECMAKE: %s\n' "${EXTRA[@]}"
 # A full dump also has bitbake's own EXTRA_OECMAKE: say whether the recipe still matches it.
 if $OE dump-var "$DUMP" EXTRA_OECMAKE >"$W/extra.dump" 2>/dev/null; then
     $OE recipe-var "$RECIPE" EXTRA_OECMAKE --set "WORKDIR=$DUMP_WD" >"$W/extra.recipe"
-    echo "recipe vs the dump's EXTRA_OECMAKE: $($OE same-words "$W/extra.recipe" "$W/extra.dump" | paste -sd';')"
+    echo "recipe vs the dump's EXTRA_OECMAKE: $($OE same-words "$W/extra.recipe" "$W/extra.dump" | sed "s|$W/||" | paste -sd';')"
 fi
 B=$W/build
 rm -rf "$B" && mkdir -p "$B"
