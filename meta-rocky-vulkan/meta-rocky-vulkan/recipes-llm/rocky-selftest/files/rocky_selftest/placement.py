@@ -22,10 +22,16 @@ MODES = tuple(MODE_FLAGS)
 SAFE_MODE = "cpu"  # needs no GPU at all
 
 
+MAX_RATE = 1e9  # tokens/s: far above any board; larger is a broken number
+
+
 def _rate(value: Any) -> float | None:
+    """A usable rate, or None (not a number, NaN, infinite, <= 0, or absurdly large)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) and value > 0 else None
+    if isinstance(value, int) and not 0 < value <= MAX_RATE:  # no float() of a 400-digit int
+        return None
+    return float(value) if math.isfinite(value) and 0 < value <= MAX_RATE else None
 
 
 def request_seconds(pp_tps: Any, tg_tps: Any, prompt: int, generated: int) -> float | None:
