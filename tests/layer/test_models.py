@@ -14,6 +14,7 @@ import pytest
 import yaml
 from rocky_vulkan.cli import main
 from rocky_vulkan.config import load_config
+from rocky_vulkan.host import build
 from rocky_vulkan.layer import lint, manifest
 
 from tests.config.test_config_models import model, write_config
@@ -116,6 +117,7 @@ def test_a_rendered_project_with_extra_models_is_lint_clean(project, capsys):
     path = write_config(project, [model(sha256=None), APACHE], serve="tiny")
     assert main(["--config", str(path), "render"]) == 0
     assert (project / TINY).is_file() and (project / "kas/model-licence-tiny.yml").is_file()
+    assert "model-licence-tiny" in build.available_fragments(load_config(path))
     results = lint.run_checks(load_config(path))
     assert [(r.name, r.findings, r.crashed) for r in results if r.status != "ok"] == []
     assert main(["--config", str(path), "lint"]) == 0
