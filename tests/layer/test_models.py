@@ -17,7 +17,7 @@ from rocky_vulkan.config import load_config
 from rocky_vulkan.host import build
 from rocky_vulkan.layer import lint, manifest
 
-from tests.config.test_config_models import model, write_config
+from tests.helpers.models import model, write_config
 
 LLM = "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm"
 TINY = f"{LLM}/rocky-model-tiny/rocky-model-tiny_1.0.bb"
