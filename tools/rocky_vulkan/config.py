@@ -89,6 +89,23 @@ class Model:
 
 
 @dataclass(frozen=True)
+class ExtraModel:
+    """An entry of models:, a GGUF model besides the reference one; serve.model may pick it."""
+
+    name: str
+    url: str
+    filename: str
+    sha256: str | None
+    license: str  # an SPDX id or a short name: the recipe's LICENSE
+    license_flags: str  # one OE LICENSE_FLAGS word, or "" (no acceptance needed)
+    homepage: str
+
+
+# serve.model's value for the model: section (the self-test's reference model).
+REFERENCE_MODEL = "reference"
+
+
+@dataclass(frozen=True)
 class Reference:
     stock_tps: float
     tuned_tps: float
@@ -150,6 +167,7 @@ class Config:
     selftest: Selftest
     serve: Serve
     image: Image
+    models: tuple[ExtraModel, ...] = ()
 
     @property
     def root(self) -> Path:
@@ -159,6 +177,20 @@ class Config:
     def patch_paths(self, names: tuple[str, ...]) -> list[Path]:
         """Our patches (e.g. `cfg.llama_cpp.patches`) as files under the project's patches/."""
         return [self.root / PATCH_DIR_NAME / name for name in names]
+
+    @property
+    def served_model(self) -> ExtraModel | None:
+        """The models: entry serve.model names, or None when it is the reference model."""
+        for model in self.models:
+            if model.name == self.serve.model:
+                return model
+        return None
+
+    @property
+    def served_filename(self) -> str:
+        """The file name (in the board's model folder) of the model the server loads."""
+        served = self.served_model
+        return served.filename if served else self.model.filename
 
     def machine(self, name: str) -> Machine:
         for machine in self.machines:
@@ -351,11 +383,7 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
         problem = _ssh_key_problem(key)
         if problem:
             problems.append(f"image.ssh_authorized_keys[{i}]: {problem}")
-    if data["serve"]["model"] != "reference":
-        problems.append(
-            f"serve.model: {data['serve']['model']!r} is not a model of this config; "
-            "use reference (the model: section)"
-        )
+    problems += _model_problems(data)
     patch_dir = source.parent / PATCH_DIR_NAME
     for section in ("mesa", "llama_cpp"):
         for i, patch in enumerate(data[section]["patches"]):
@@ -366,6 +394,41 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
                 )
     if problems:
         raise ConfigError(f"{source}: invalid config:\n  " + "\n  ".join(problems))
+
+
+def _model_problems(data: dict[str, Any]) -> list[str]:
+    """models: names unique and not `reference`, one file each (they share one folder on the
+    board), and serve.model naming one of them or the reference model."""
+    problems = []
+    models = data.get("models", [])
+    names = [m["name"] for m in models]
+    files = {data["model"]["filename"]: "model.filename"}
+    for i, model in enumerate(models):
+        where = f"models[{i}]"
+        if model["name"] == REFERENCE_MODEL:
+            problems.append(
+                f"{where}.name: {REFERENCE_MODEL!r} is the model: section's name in serve.model; "
+                "pick another name"
+            )
+        elif names.index(model["name"]) != i:
+            problems.append(
+                f"{where}.name: {model['name']!r} is also models[{names.index(model['name'])}]"
+                "'s name; give each model its own name"
+            )
+        if model["filename"] in files:
+            problems.append(
+                f"{where}.filename: {model['filename']!r} is also {files[model['filename']]}; "
+                "the models share one folder on the board, so give each its own file name"
+            )
+        files.setdefault(model["filename"], f"{where}.filename")
+    served = data["serve"]["model"]
+    if served != REFERENCE_MODEL and served not in names:
+        others = f" or a models[].name ({', '.join(names)})" if names else ""
+        problems.append(
+            f"serve.model: {served!r} is not a model of this config; use {REFERENCE_MODEL} "
+            f"(the model: section){others}, or add an entry named {served!r} under models:"
+        )
+    return problems
 
 
 # How many length-prefixed fields each key type's blob holds (RFC 4253, 5656, 8709; PROTOCOL.u2f).
@@ -442,6 +505,7 @@ def _build(data: dict[str, Any], source: Path) -> Config:
             extra_packages=tuple(data["image"]["extra_packages"]),
             password_hash=data["image"].get("password_hash"),
         ),
+        models=tuple(ExtraModel(**m) for m in data.get("models", [])),
     )
 
 
