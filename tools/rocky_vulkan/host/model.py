@@ -416,10 +416,17 @@ def _run_fetch(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("model", help="the reference model: fetch and verify")
+    parser = sub.add_parser(
+        "model", help="the reference model: pin a new model.url's sha256 (the build fetches it)"
+    )
     model_sub = parser.add_subparsers(dest="model_command", required=True)
     fetch = model_sub.add_parser(
-        "fetch", help="download model.url (resumable), verify or pin its sha256"
+        "fetch",
+        help="download model.url (resumable) and pin its sha256 when that is null, or verify it",
+        description="Download model.url (resumable) into build/models/. Needed only when "
+        "model.sha256 is null (a new model.url): the file is checked to be a GGUF model and its "
+        "sha256 is written into rocky-vulkan.yaml. With a pinned sha256 it only verifies a local "
+        "copy: the image build downloads the model itself.",
     )
     fetch.add_argument("--dest", help=f"folder for the model (default: {DEFAULT_DEST}/)")
     fetch.add_argument("--retries", type=_count, default=5, help="retries after the first try")
