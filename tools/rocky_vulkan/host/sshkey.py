@@ -122,7 +122,7 @@ def check_key_text(data: bytes) -> str:
         if text.endswith(ending):
             text = text[: -len(ending)]
             break
-    lines = text.splitlines()
+    lines = text.split("\n")
     if len(lines) > 1:
         keys = sum(1 for line in lines if line.strip())
         raise SshKeyError(
