@@ -38,13 +38,30 @@ def keygen(tmp_path: Path, kind: str = "ed25519", comment: str = "me@laptop") ->
     return key
 
 
-def build_with_keys(project: Path, *files: str | Path, extra: tuple[str, ...] = ()) -> int:
-    """`rocky-vulkan build --ssh-key ...` on the project copy; --fragment nosuch stops the build
-    right after the key step and the render (an unknown fragment), so no kas runs."""
+@pytest.fixture(autouse=True)
+def kas_stub(tmp_path, monkeypatch) -> Path:
+    """Fault injection: a `kas` that records its call and fails at once, so a build that got
+    past the key step, the render and lint stops there (a real kas would clone for minutes)."""
+    bin_dir = tmp_path / "stub-bin"
+    bin_dir.mkdir()
+    record = tmp_path / "kas-calls"
+    script = bin_dir / "kas"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {record}\necho stub kas stops here\nexit 1\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DL_DIR", raising=False)
+    monkeypatch.delenv("SSTATE_DIR", raising=False)
+    return record
+
+
+def build_with_keys(project: Path, *files: str | Path) -> int:
+    """`rocky-vulkan build --fragment model-licence --ssh-key ...` on the project copy."""
     argv = ["--config", str(project / "rocky-vulkan.yaml"), "build", "--skip-doctor"]
+    argv += ["--fragment", "model-licence"]
     for f in files:
         argv += ["--ssh-key", str(f)]
-    return main(argv + list(extra or ("--fragment", "nosuch")))
+    return main(argv)
 
 
 def snapshot(project: Path) -> tuple[bytes, list[str]]:
@@ -55,18 +72,16 @@ def snapshot(project: Path) -> tuple[bytes, list[str]]:
 
 
 @needs_keygen
-@pytest.mark.parametrize("kind", ["ed25519", "rsa", "ecdsa"])
-def test_a_real_public_key_is_added_and_rendered_and_comments_are_kept(
-    project, tmp_path, kind, capsys
-):
+def test_a_real_public_key_is_added_and_rendered_and_comments_are_kept(project, tmp_path, capsys):
     before = (project / "rocky-vulkan.yaml").read_text()
-    pub = Path(f"{keygen(tmp_path, kind)}.pub")
+    pub = Path(f"{keygen(tmp_path)}.pub")
     line = pub.read_text().strip()
     rc = build_with_keys(project, pub)
-    assert rc == UserError.exit_code  # stopped by --fragment nosuch, after the key and render
+    assert rc == UserError.exit_code  # the stub kas stops it, after the key, render and lint
     out = capsys.readouterr()
-    assert "unknown fragment 'nosuch'" in out.err
+    assert "stub kas stops here" in out.err
     assert "added to image.ssh_authorized_keys" in out.out
+    assert "no SSH key" not in out.err  # the build saw the key
     after = (project / "rocky-vulkan.yaml").read_text()
     assert load_config(project / "rocky-vulkan.yaml").image.ssh_authorized_keys == (line,)
     # Only the one line changed: `[]` became a block list holding the key; every comment stays.
@@ -82,16 +97,19 @@ def test_a_real_public_key_is_added_and_rendered_and_comments_are_kept(
 
 
 @needs_keygen
-def test_a_second_key_is_appended_and_the_same_key_is_not_added_twice(project, tmp_path, capsys):
-    first = Path(f"{keygen(tmp_path, 'ed25519', 'a@one')}.pub")
-    second = Path(f"{keygen(tmp_path, 'rsa', 'b@two')}.pub")
-    build_with_keys(project, first)
-    build_with_keys(project, second, first)  # first again: already there
-    keys = load_config(project / "rocky-vulkan.yaml").image.ssh_authorized_keys
-    assert keys == (first.read_text().strip(), second.read_text().strip())
-    assert "already in image.ssh_authorized_keys" in capsys.readouterr().out
-    text = (project / "rocky-vulkan.yaml").read_text()
-    assert text.count("ssh-ed25519 ") == 1 and text.count("ssh-rsa ") == 1
+def test_more_keys_are_appended_and_the_same_key_is_not_added_twice(project, tmp_path):
+    config = project / "rocky-vulkan.yaml"
+    pubs = [Path(f"{keygen(tmp_path, kind, f'u@{kind}')}.pub") for kind in ("rsa", "ecdsa")]
+    lines = [sshkey.read_public_key(p) for p in pubs]
+    assert sshkey.add_authorized_keys(config, lines[:1]) == lines[:1]
+    # The first again (another comment: the same key) and the second: only the second is new.
+    again = lines[0].rsplit(" ", 1)[0] + " renamed@host"
+    assert sshkey.add_authorized_keys(config, [again, lines[1]]) == [lines[1]]
+    assert sshkey.add_authorized_keys(config, lines) == []
+    assert load_config(config).image.ssh_authorized_keys == tuple(lines)
+    text = config.read_text()
+    assert text.count("ssh-rsa ") == 1 and text.count("ecdsa-sha2-nistp256 ") == 1
+    assert not [n for n in os.listdir(project) if n.startswith(".rocky-vulkan.")]  # no temp left
 
 
 def _key(byte: int, comment: str) -> str:
@@ -202,7 +220,7 @@ GOOD = _ssh_key("me@host")
     ],
 )
 def test_bad_key_files_are_refused_and_nothing_is_written(
-    project, tmp_path, content, cause, capsys
+    project, tmp_path, content, cause, capsys, kas_stub
 ):
     bad = tmp_path / "key.pub"
     bad.write_bytes(content)
@@ -211,8 +229,8 @@ def test_bad_key_files_are_refused_and_nothing_is_written(
     err = capsys.readouterr().err
     assert rc == UserError.exit_code
     assert f"{bad}: " in err and cause in err, err
-    assert "unknown fragment" not in err  # stopped at the key, before the render
     assert snapshot(project) == before
+    assert not kas_stub.exists()  # stopped at the key: no render, no kas
 
 
 @needs_keygen
@@ -258,6 +276,16 @@ def test_non_regular_files_are_refused_without_blocking(project, tmp_path, capsy
         assert done == [UserError.exit_code]
         assert f"{path}: " in (err := capsys.readouterr().err) and cause in err, err
     assert snapshot(project) == before
+
+
+def test_a_refused_build_leaves_the_config_alone(project, tmp_path, capsys, kas_stub):
+    good = tmp_path / "good.pub"
+    good.write_text(GOOD + "\n")
+    before = snapshot(project)
+    argv = ["--config", str(project / "rocky-vulkan.yaml"), "build", "--skip-doctor"]
+    assert main([*argv, "--ssh-key", str(good)]) == UserError.exit_code  # no licence fragment
+    assert "add --fragment model-licence" in capsys.readouterr().err
+    assert snapshot(project) == before and not kas_stub.exists()
 
 
 def test_one_bad_file_among_good_ones_changes_nothing(project, tmp_path, capsys):

@@ -258,9 +258,13 @@ def _print_diagnoses(diagnoses: list, failed: bool) -> None:
         print(f"rocky-vulkan build: {label}: {d.cause}\n  fix: {d.fix}", file=sys.stderr)
 
 
-def _add_ssh_keys(config: str, files: list[str]) -> None:
-    """--ssh-key: every file checked before the config is touched, then one atomic edit."""
-    keys = [sshkey.read_public_key(Path(f).expanduser()) for f in files]
+def _read_ssh_keys(files: list[str]) -> list[str]:
+    """--ssh-key: every file checked before anything is written."""
+    return [sshkey.read_public_key(Path(f).expanduser()) for f in files]
+
+
+def _add_ssh_keys(config: str, keys: list[str]) -> None:
+    """Add the keys to the config in one atomic edit; say what happened to each."""
     added = sshkey.add_authorized_keys(Path(config), keys)
     for key in keys:
         kind, comment = key.split(" ")[0], " ".join(key.split(" ")[2:]) or "(no comment)"
@@ -269,12 +273,10 @@ def _add_ssh_keys(config: str, files: list[str]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.ssh_key:
-        _add_ssh_keys(args.config, args.ssh_key)
+    # Everything that can refuse the build is checked before the config or the tree is written.
+    keys = _read_ssh_keys(args.ssh_key or [])
     cfg = load_config(args.config)
     machine = args.machine or cfg.default_machine
-    written = write_rendered(cfg)
-    print(f"render: {len(written)} files up to date")
     fragments = args.fragment or []
     config_arg = kas_config_arg(cfg, machine, fragments)
     env = build_environment(dict(os.environ))
@@ -284,13 +286,18 @@ def _run(args: argparse.Namespace) -> int:
             "accepted, or bitbake skips the image after cloning and parsing: read it at "
             f"{model_licence_url(cfg)}, then add --fragment {LICENCE_FRAGMENT}"
         )
-    login = login_line(cfg, machine)
-    if login is None:
-        print(f"rocky-vulkan build: warning: {NO_LOGIN}", file=sys.stderr)
     if "offline" in fragments:
         problems = offline_problems(cfg, env)
         if problems:
             raise UserError("--fragment offline cannot work yet:\n  " + "\n  ".join(problems))
+    if keys:
+        _add_ssh_keys(args.config, keys)
+        cfg = load_config(args.config)
+    written = write_rendered(cfg)
+    print(f"render: {len(written)} files up to date")
+    login = login_line(cfg, machine)
+    if login is None:
+        print(f"rocky-vulkan build: warning: {NO_LOGIN}", file=sys.stderr)
     if not args.skip_doctor and not doctor.run_doctor(
         cfg.root, container=args.container, quiet_pass=True
     ):
