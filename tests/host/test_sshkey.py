@@ -239,7 +239,7 @@ def test_a_real_private_key_is_refused_without_echoing_it(project, tmp_path, cap
     before = snapshot(project)
     assert build_with_keys(project, private) == UserError.exit_code
     err = capsys.readouterr().err
-    assert "is a PRIVATE key" in err and "(the same name with .pub)" in err
+    assert "is a PRIVATE key" in err and f"({private}.pub is there)" in err
     secret_lines = [x for x in private.read_text().splitlines() if "-----" not in x]
     assert not any(x in err for x in secret_lines)
     assert snapshot(project) == before

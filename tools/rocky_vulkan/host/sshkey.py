@@ -160,7 +160,9 @@ def read_public_key(path: Path) -> str:
     try:
         return check_key_text(data)
     except SshKeyError as err:
-        raise SshKeyError(f"{path}: {err}") from None
+        beside = path.with_name(path.name + ".pub")
+        hint = f" ({beside} is there)" if "PRIVATE" in str(err) and beside.is_file() else ""
+        raise SshKeyError(f"{path}: {err}{hint}") from None
 
 
 def _same_key(a: str, b: str) -> bool:
