@@ -60,9 +60,24 @@ class Settings:
     tune_candidates: str = paths.TILE_CANDIDATES
     tune_top: int = 3
     tune_repeats: int = 2
+    # The server (rocky-llm): who may reach it, what it loads, a typical request (the placement
+    # measurement times it) and the upper bounds of its context per slot and its slots.
+    serve_listen: str = "lan"
+    serve_port: int = 8443
+    serve_model_path: str = ""  # empty: the self-test's model
+    serve_model_name: str = "reference"
+    serve_request_prompt_tokens: int = 2048
+    serve_request_generated_tokens: int = 256
+    serve_context_tokens: int = 8192
+    serve_parallel: int = 2
+    llama_server: str = ""  # empty: llama-server in bin_dir
 
     def tool(self, name: str) -> str:
         return os.path.join(self.bin_dir, name)
+
+    @property
+    def served_model(self) -> str:
+        return self.serve_model_path or self.model_path
 
 
 _TUPLES = {"ubatch_sizes", "sweep_modes", "skip_checks"}
@@ -104,9 +119,33 @@ def load_settings(path: str) -> Settings:
         value = getattr(settings, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SettingsError(f"{path}: {key} must be a whole number >= 0, not {value!r}")
+    _check_serve(path, settings)
     bad_modes = set(settings.sweep_modes) - {"tuned", "stock", "cpu"}
     if bad_modes or not settings.ubatch_sizes:
         raise SettingsError(
             f"{path}: sweep_modes must be tuned/stock/cpu and ubatch_sizes must not be empty"
         )
     return settings
+
+
+def _check_serve(path: str, s: Settings) -> None:
+    """The serve_* keys: exact values and ranges, as rocky-vulkan.yaml's schema has them."""
+    if s.serve_listen not in ("lan", "localhost", "off"):
+        raise SettingsError(f"{path}: serve_listen must be lan, localhost or off")
+    bounds = {
+        "serve_port": (1024, 65535),
+        "serve_request_prompt_tokens": (1, 131072),
+        "serve_request_generated_tokens": (1, 32768),
+        "serve_context_tokens": (512, 131072),
+        "serve_parallel": (1, 16),
+    }
+    for key, (low, high) in bounds.items():
+        value = getattr(s, key)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise SettingsError(
+                f"{path}: {key} must be a whole number {low}..{high}, not {value!r}"
+            )
+    for key in ("serve_model_path", "serve_model_name", "llama_server"):
+        value = getattr(s, key)
+        if not isinstance(value, str) or not value.isprintable() or len(value) > 4096:
+            raise SettingsError(f"{path}: {key} must be a printable string")

@@ -114,6 +114,17 @@ class Selftest:
 
 
 @dataclass(frozen=True)
+class Serve:
+    listen: str  # lan | localhost | off
+    port: int
+    model: str  # "reference" or a models: name
+    request_prompt_tokens: int
+    request_generated_tokens: int
+    context_tokens: int
+    parallel: int
+
+
+@dataclass(frozen=True)
 class Image:
     user: str
     ssh_authorized_keys: tuple[str, ...]
@@ -137,6 +148,7 @@ class Config:
     llama_cpp: LlamaCpp
     model: Model
     selftest: Selftest
+    serve: Serve
     image: Image
 
     @property
@@ -346,6 +358,11 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
         problem = _ssh_key_problem(key)
         if problem:
             problems.append(f"image.ssh_authorized_keys[{i}]: {problem}")
+    if data["serve"]["model"] != "reference":
+        problems.append(
+            f"serve.model: {data['serve']['model']!r} is not a model of this config; "
+            "use reference (the model: section)"
+        )
     patch_dir = source.parent / PATCH_DIR_NAME
     for section in ("mesa", "llama_cpp"):
         for i, patch in enumerate(data[section]["patches"]):
@@ -434,6 +451,7 @@ def _build(data: dict[str, Any], source: Path) -> Config:
             tune_budget_s=st["tune_budget_s"],
             tune_at_first_boot=st["tune_at_first_boot"],
         ),
+        serve=Serve(**data["serve"]),
         image=Image(
             user=data["image"]["user"],
             ssh_authorized_keys=tuple(data["image"]["ssh_authorized_keys"]),

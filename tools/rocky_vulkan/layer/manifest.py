@@ -56,6 +56,8 @@ LLAMA_FILES = f"{LLAMA_DIR}/files"
 IMAGE_DIR = f"{SOFTWARE_LAYER}/recipes-core/images"
 SELFTEST_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/rocky-selftest"
 SELFTEST_FILES = f"{SELFTEST_RECIPE_DIR}/files"
+LLM_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/rocky-llm"
+LLM_FILES = f"{LLM_RECIPE_DIR}/files"
 MODEL_RECIPE = "rocky-model"
 MODEL_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/{MODEL_RECIPE}"
 # The LICENSE_FLAGS of the model recipe: building the image needs it in LICENSE_FLAGS_ACCEPTED.
@@ -68,7 +70,11 @@ _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 LICENCE = f"{LAYER_DIR}/COPYING.MIT"
 # One file, several places: the layers' licence text, also the self-test recipe's own.
 ALSO_AT = {
-    LICENCE: (f"{LAYER_DIR}/{{layer}}/COPYING.MIT", f"{SELFTEST_FILES}/COPYING.MIT"),
+    LICENCE: (
+        f"{LAYER_DIR}/{{layer}}/COPYING.MIT",
+        f"{SELFTEST_FILES}/COPYING.MIT",
+        f"{LLM_FILES}/COPYING.MIT",
+    ),
 }
 
 
@@ -214,12 +220,38 @@ def _selftest_context(cfg: Config) -> dict:
     }
 
 
+def _llm_context(cfg: Config) -> dict:
+    """The server recipe's templates: the recipe, its units, wrapper and login script."""
+    return {
+        "user": paths.LLM_USER,
+        "login_user": cfg.image.user,
+        "lan": cfg.serve.listen == "lan",
+        "off": cfg.serve.listen == "off",
+        "port": cfg.serve.port,
+        "copying_md5": hashlib.md5((TEMPLATES / LICENCE).read_bytes()).hexdigest(),
+        "bindir": paths.BINDIR,
+        "libdir": paths.LIBDIR,
+        "config_path": paths.CONFIG,
+        "model_dir": paths.MODEL_DIR,
+        "env_file": paths.TILES_ENV,
+        "state_dir": paths.LLM_STATE_DIR,
+        "state_name": paths.LLM_STATE_DIR.rsplit("/", 1)[1],
+        "settings_file": paths.LLM_SETTINGS,
+        "key_dir": paths.LLM_KEY_DIR,
+        "key_dir_name": paths.LLM_KEY_DIR.rsplit("/", 1)[1],
+        "api_key_name": paths.API_KEY_NAME,
+        "tls_key_name": paths.TLS_KEY_NAME,
+        "tls_cert_name": paths.TLS_CERT_NAME,
+    }
+
+
 def _recipe_contexts(cfg: Config, env: jinja2.Environment) -> dict[str, dict]:
     """Extra context for the templates under a folder of templates/ (its path, with '/')."""
     return {
         f"{LLAMA_DIR}/": {"llama_git_host_path": _git_host_path(cfg.llama_cpp.url)},
         f"{IMAGE_DIR}/": {"image_packages": list(cfg.image.extra_packages)},
         f"{SELFTEST_RECIPE_DIR}/": _selftest_context(cfg),
+        f"{LLM_RECIPE_DIR}/": _llm_context(cfg),
         f"{SOFTWARE_LAYER}/recipes-llm/{{model_recipe}}/": _model_context(cfg, env),
     }
 

@@ -26,15 +26,20 @@ SRC_URI = "\
     file://rocky_selftest/bench.py \
     file://rocky_selftest/checks.py \
     file://rocky_selftest/cli.py \
+    file://rocky_selftest/gguf.py \
     file://rocky_selftest/kld.py \
     file://rocky_selftest/kld_text.txt \
     file://rocky_selftest/match.py \
     file://rocky_selftest/outcome.py \
     file://rocky_selftest/paths.py \
+    file://rocky_selftest/placement.py \
     file://rocky_selftest/publish.py \
     file://rocky_selftest/results.py \
     file://rocky_selftest/runner.py \
     file://rocky_selftest/sequence.py \
+    file://rocky_selftest/serve_cli.py \
+    file://rocky_selftest/serve_keys.py \
+    file://rocky_selftest/serve_settings.py \
     file://rocky_selftest/settings.py \
     file://rocky_selftest/stack.py \
     file://rocky_selftest/tune.py \
