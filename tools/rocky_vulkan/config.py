@@ -251,6 +251,13 @@ class _UniqueKeyLoader(_BaseLoader):  # type: ignore[misc, valid-type]
         return super().construct_mapping(node, deep=deep)
 
 
+def parse_yaml(text: str) -> Any:
+    """The data in a config's text, with the limits and duplicate-key check of a config load
+    (ConfigError without the file name, or yaml.YAMLError)."""
+    _check_events(text)
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def _is_integer(checker: Any, instance: Any) -> bool:
     """An int written as an int: not 64.0 (which would render as '64.0'), not true/false."""
     return isinstance(instance, int) and not isinstance(instance, bool)
@@ -443,6 +450,15 @@ _SSH_KEY_FIELDS = {
 }
 
 
+def ssh_authorized_key_problem(line: str) -> str | None:
+    """Why `line` cannot go into image.ssh_authorized_keys, or None: the schema's exact pattern
+    for that field, then the key data itself (the same checks as a config load)."""
+    item = _schema()["properties"]["image"]["properties"]["ssh_authorized_keys"]["items"]
+    if next(_Validator(item).iter_errors(line), None) is not None:
+        return f"expected {item['expected']}"
+    return _ssh_key_problem(line)
+
+
 def _ssh_key_problem(line: str) -> str | None:
     """The key's base64 must decode to the blob ssh-keygen writes for that type: the type name,
     then exactly the fields of that key type. Catches keys cut short or with a wrong prefix."""
@@ -526,8 +542,7 @@ def load_config(path: str | Path) -> Config:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{source}: cannot read config: {err}") from None
     try:
-        _check_events(text)
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = parse_yaml(text)
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
     except yaml.YAMLError as err:

@@ -485,12 +485,18 @@ def _run_fetch(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("model", help="the reference model and models:, fetch and verify")
+    parser = sub.add_parser(
+        "model", help="the models: pin a new url's sha256 (the build fetches them)"
+    )
     model_sub = parser.add_subparsers(dest="model_command", required=True)
     fetch = model_sub.add_parser(
         "fetch",
-        help="download models (resumable), verify or pin their sha256: by default the "
-        "reference model and the one serve.model names",
+        help="download models (resumable), pin their sha256 when null, or verify a local copy",
+        description="Download a model (resumable) into build/models/. Needed only when its "
+        "sha256 is null (a new url): the file is checked to be a GGUF model and its sha256 is "
+        "written into rocky-vulkan.yaml. With a pinned sha256 it only verifies a local copy: "
+        "the image build downloads the models itself. By default: the reference model and "
+        "the one serve.model names.",
     )
     fetch.add_argument(
         "names",

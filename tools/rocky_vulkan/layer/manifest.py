@@ -188,15 +188,25 @@ def _render(env: jinja2.Environment, template: str, context: dict) -> str:
         ) from None
 
 
+def _model_homepage(cfg: Config) -> str:
+    url = cfg.model.url
+    return url.split("/resolve/", 1)[0] if "/resolve/" in url else url.rsplit("/", 1)[0]
+
+
+def model_licence_url(cfg: Config) -> str:
+    """Where the model's licence is read (Hugging Face's resolve/<revision>/<file>: the licence
+    at that revision)."""
+    url = cfg.model.url
+    revision = url.split("/resolve/", 1)[1].split("/", 1)[0] if "/resolve/" in url else "main"
+    return f"{_model_homepage(cfg)}/blob/{revision}/LICENSE"
+
+
 def _model_context(cfg: Config, env: jinja2.Environment) -> dict:
     url = cfg.model.url
-    homepage = url.split("/resolve/", 1)[0] if "/resolve/" in url else url.rsplit("/", 1)[0]
-    # Hugging Face's resolve/<revision>/<file>: the licence to name is the one at that revision.
-    revision = url.split("/resolve/", 1)[1].split("/", 1)[0] if "/resolve/" in url else "main"
     context = {
         "cfg": cfg,
-        "model_homepage": homepage,
-        "model_licence_url": f"{homepage}/blob/{revision}/LICENSE",
+        "model_homepage": _model_homepage(cfg),
+        "model_licence_url": model_licence_url(cfg),
         "model_host": url.partition("://")[2].split("/", 1)[0],
         "model_dir": paths.MODEL_DIR,
         "model_subdir": paths.MODEL_SUBDIR,
