@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "rocky_vulkan.llama.testmodel",
     "rocky_vulkan.host.model",
     "rocky_vulkan.host.report",
+    "rocky_vulkan.host.board",
     "rocky_vulkan.llama.sources",
     "rocky_vulkan.sim",
     "rocky_vulkan.tiles.cli",
@@ -40,6 +41,7 @@ the usual order:
   rocky-vulkan flash IMAGE DEVICE     write the image to a microSD card, verified
   (boot the board: a self-test runs once and writes /var/lib/rocky-selftest/result.json)
   rocky-vulkan report result.json     the board's numbers against the reference, and a verdict
+  rocky-vulkan board HOST             over SSH: the same report, the API's URL, TLS fingerprint, key
 
 After changing rocky-vulkan.yaml, run `rocky-vulkan render` and commit both.
 `rocky-vulkan COMMAND --help` describes one command; docs/user/ has the walk-through."""
