@@ -257,6 +257,7 @@ RUN='import sys; from rocky_selftest.serve_cli import main; sys.exit(main())'
 case "$SSH_ORIGINAL_COMMAND" in
   "cat -- /var/lib/rocky-selftest/result.json")
     [ -f {board}/huge ] && exec head -c 20000000 /dev/zero
+    [ -f {board}/slow ] && exec sleep 30
     exec cat -- {board}/result.json ;;
   "rocky-llm info --short")
     PYTHONPATH={tools} exec {python} -c "$RUN" --config {board}/config.json \\
@@ -485,3 +486,24 @@ def test_real_board_login_refused(real_board, tmp_path, capsys):
     rc = real_board.run()
     err = capsys.readouterr().err
     assert rc == 2 and f"refused the login as {USER}" in err and "ssh_authorized_keys" in err
+
+
+@pytest.mark.needs_sshd
+@needs_ssh
+@needs_openssl
+def test_real_board_that_hangs_is_stopped(real_board, capsys):
+    (real_board.dir / "slow").write_text("")
+    started = time.monotonic()
+    rc = real_board.run("--timeout", "2")
+    assert time.monotonic() - started < 15
+    assert rc == 2 and "no complete answer within 2 s" in capsys.readouterr().err
+
+
+def test_run_bounded_keeps_stderr_lines_clean():
+    res = board_mod.run_bounded(
+        [sys.executable, "-c", "import sys; sys.stderr.write('a\\x1b[31m\\n' * 100 + 'last\\n')"],
+        100,
+        30,
+    )
+    assert res.err.splitlines()[-1] == "last" and "\x1b" not in res.err
+    assert len(res.err.splitlines()) == 20

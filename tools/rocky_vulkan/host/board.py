@@ -173,19 +173,17 @@ def run_bounded(cmd: list[str], limit: int, timeout: float) -> Remote:
             "openssh-client)"
         ) from None
     out, err = bytearray(), bytearray()
-    overflow = False
+    overflow = timed_out = False
     deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ, out)
-        sel.register(proc.stderr, selectors.EVENT_READ, err)
-        try:
-            while sel.get_map():
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ, out)
+            sel.register(proc.stderr, selectors.EVENT_READ, err)
+            while sel.get_map() and not overflow:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise BoardError(
-                        f"no complete answer within {timeout:.0f} s: the board or the network "
-                        "is too slow or hangs; try again, or give a longer --timeout"
-                    )
+                    timed_out = True
+                    break
                 for key, _ in sel.select(left):
                     chunk = os.read(key.fd, 65536)
                     if not chunk:
@@ -194,22 +192,25 @@ def run_bounded(cmd: list[str], limit: int, timeout: float) -> Remote:
                     buf = key.data
                     room = (limit if buf is out else MAX_STDERR_BYTES) - len(buf)
                     buf += chunk[: max(room, 0)]
-                    if buf is out and len(chunk) > room:
-                        overflow = True
-                        raise StopIteration
-        except StopIteration:
-            pass
-        finally:
-            if proc.poll() is None and (overflow or time.monotonic() >= deadline):
-                proc.kill()
-            proc.stdout.close()
-            proc.stderr.close()
-    try:
-        rc = proc.wait(timeout=max(deadline - time.monotonic(), 5))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = proc.wait()
-    text = clean_text(err.decode("utf-8", "replace").replace("\r", "\n"), 2000)
+                    overflow = overflow or (buf is out and len(chunk) > room)
+    finally:
+        if proc.poll() is None and (overflow or timed_out):
+            proc.kill()
+        proc.stdout.close()
+        proc.stderr.close()
+        try:
+            rc = proc.wait(timeout=max(deadline - time.monotonic(), 5))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+    if timed_out:
+        raise BoardError(
+            f"no complete answer within {timeout:.0f} s: the board or the network is too slow "
+            "or hangs. Fix: try again, or give a longer --timeout"
+        )
+    # ssh's own messages and the board's: each line as text, the last 20 kept.
+    lines = err.decode("utf-8", "replace").replace("\r", "\n").splitlines()
+    text = "\n".join([clean_text(ln, 300) for ln in lines if ln.strip()][-20:])
     return Remote(rc, bytes(out), text, overflow)
 
 
@@ -341,7 +342,7 @@ def board_info(target: Target, opts: SshOptions, timeout: float) -> tuple[BoardI
     """(what `rocky-llm info --short` said, a problem or None)."""
     res = remote(target, "rocky-llm info --short", opts, MAX_INFO_BYTES, timeout)
     info = parse_info(res.out.decode("utf-8", "replace"))
-    if res.rc == 127 or "not found" in res.err:
+    if res.rc == 127:  # the shell's "command not found"
         return info, (
             f"{target.host} has no rocky-llm: its image was built before the server was added. "
             "Fix: build and flash a current image"
