@@ -177,10 +177,11 @@ def test_missing_ssh_binary_is_a_message():
 class TlsServer:
     """A TLS server on 127.0.0.1 with the given certificate: handshakes, then closes."""
 
-    def __init__(self, cert: Path, key: Path) -> None:
+    def __init__(self, cert: Path, key: Path, host: str = "127.0.0.1") -> None:
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.load_cert_chain(cert, key)
-        self.sock = socket.create_server(("127.0.0.1", 0))
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.create_server((host, 0), family=family)
         self.sock.settimeout(0.2)
         self.port = self.sock.getsockname()[1]
         self.stop = threading.Event()
@@ -291,7 +292,8 @@ class Board:
         self.port = _free_port()
         sshd_config = tmp / "sshd_config"
         sshd_config.write_text(
-            f"ListenAddress 127.0.0.1:{self.port}\nHostKey {tmp / 'host'}\n"
+            f"ListenAddress 127.0.0.1:{self.port}\nListenAddress [::1]:{self.port}\n"
+            f"HostKey {tmp / 'host'}\n"
             f"AuthorizedKeysFile {tmp / 'authorized_keys'}\nStrictModes no\nUsePAM no\n"
             "PidFile none\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             f"PermitRootLogin prohibit-password\nAllowUsers {USER}\nForceCommand {force}\n"
@@ -299,6 +301,7 @@ class Board:
         host_key = (tmp / "host.pub").read_text().strip()
         (tmp / "known_hosts").write_text(
             f"[127.0.0.1]:{self.port} {host_key}\n[localhost]:{self.port} {host_key}\n"
+            f"[::1]:{self.port} {host_key}\n"
         )
         self.ssh_config = tmp / "ssh_config"
         self.write_ssh_config("client", tmp / "known_hosts")
@@ -373,6 +376,21 @@ def test_real_board_report_url_fingerprint_and_key(real_board, capsys, monkeypat
     assert "ssh -F" not in out and f"{USER}@{host} rocky-llm info` shows it" in out
     assert "rk-" not in out  # the key itself is never fetched
     assert "unexpected command" not in err
+
+
+@pytest.mark.needs_sshd
+@needs_ssh
+@needs_openssl
+def test_real_board_over_ipv6(real_board, capsys, monkeypatch):
+    real_board.tls.close()
+    real_board.tls = TlsServer(real_board.cert, real_board.dir / "keys/tls.key", host="::1")
+    config = json.loads((real_board.dir / "config.json").read_text())
+    config["serve_port"] = real_board.tls.port
+    (real_board.dir / "config.json").write_text(json.dumps(config))
+    rc = real_board.run(host="::1")
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert f"API:  https://[::1]:{real_board.tls.port}/v1" in out and "The two match" in out
 
 
 @pytest.mark.needs_sshd

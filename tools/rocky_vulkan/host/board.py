@@ -113,7 +113,7 @@ def parse_target(text: str, default_user: str) -> Target:
         ip = ipaddress.ip_address(address)
     except ValueError:
         ip = None
-    if ip is not None and str(ip.version) == "6" and (not zone or ZONE_RE.fullmatch(zone)):
+    if ip is not None and ip.version == 6 and (not zone or ZONE_RE.fullmatch(zone)):
         return Target(user, bare, ipv6=True)
     if ip is not None and ip.version == 4 and not zone and not bracketed:
         return Target(user, address)
