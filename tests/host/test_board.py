@@ -117,6 +117,13 @@ def test_hostile_hosts_are_refused_before_ssh(text, monkeypatch):
     assert rc == 2
 
 
+def test_help(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["board", "--help"])
+    out = capsys.readouterr().out
+    assert exited.value.code == 0 and "[fe80::1%eth0]" in out and "--ssh-port" in out
+
+
 def test_ssh_argv_puts_the_destination_after_double_dash():
     t = parse_target("rock-5-itx.local", "rocky")
     argv = board_mod.ssh_command(t, "rocky-llm info --short", SshOptions(port=2222))
@@ -258,7 +265,7 @@ RUN='import sys; from rocky_selftest.serve_cli import main; sys.exit(main())'
 case "$SSH_ORIGINAL_COMMAND" in
   "cat -- /var/lib/rocky-selftest/result.json")
     [ -f {board}/huge ] && exec head -c 20000000 /dev/zero
-    [ -f {board}/slow ] && exec sleep 30
+    [ -f {board}/slow ] && exec sleep 6  # outlives --timeout 2, ends soon after
     exec cat -- {board}/result.json ;;
   "rocky-llm info --short")
     PYTHONPATH={tools} exec {python} -c "$RUN" --config {board}/config.json \\

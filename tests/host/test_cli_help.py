@@ -41,3 +41,16 @@ def test_every_command_is_still_listed():
     names = re.findall(r"(?m)^    ([a-z][a-z-]*) ", text)
     assert len(names) == len(COMMAND_MODULES)
     assert {"render", "build", "flash", "model", "report"} <= set(names)
+
+
+def test_every_command_has_a_working_help(capsys):
+    # argparse %-formats help texts: a stray % (an IPv6 zone, a percentage) crashes --help.
+    import pytest
+    from rocky_vulkan.cli import main
+
+    names = re.findall(r"(?m)^    ([a-z][a-z-]*) ", _help())
+    for name in names:
+        with pytest.raises(SystemExit) as exited:
+            main([name, "--help"])
+        assert exited.value.code == 0, name
+        assert "usage: rocky-vulkan" in capsys.readouterr().out

@@ -536,7 +536,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="over SSH: the board's self-test report, its API URL, certificate fingerprint, key",
         description=__doc__.split("\n\n")[1],
     )
-    parser.add_argument("host", metavar="HOST", help=f"the board: {HOST_FORMS}")
+    # argparse formats help with %: the IPv6 zone's % is doubled
+    parser.add_argument("host", metavar="HOST", help="the board: " + HOST_FORMS.replace("%", "%%"))
     parser.add_argument("--plot", help="also write the report's PNGs (this name, -serving, -tune)")
     parser.add_argument("--ssh-port", type=_port, help="the board's SSH port (default: ssh's)")
     parser.add_argument("--ssh-config", help="an ssh config file to use (ssh -F)")
