@@ -6,7 +6,8 @@ import re
 import subprocess
 import sys
 
-from rocky_vulkan.cli import COMMAND_MODULES
+import pytest
+from rocky_vulkan.cli import COMMAND_MODULES, main
 
 
 def _help() -> str:
@@ -45,9 +46,6 @@ def test_every_command_is_still_listed():
 
 def test_every_command_has_a_working_help(capsys):
     # argparse %-formats help texts: a stray % (an IPv6 zone, a percentage) crashes --help.
-    import pytest
-    from rocky_vulkan.cli import main
-
     names = re.findall(r"(?m)^    ([a-z][a-z-]*) ", _help())
     for name in names:
         with pytest.raises(SystemExit) as exited:
