@@ -246,3 +246,11 @@ def test_serving_plot_survives_partial_sections(tmp_path):
     del doc["placement"]
     assert plot_serving(copy.deepcopy(doc), tmp_path / "s.png").is_file()
     assert plot_serving(_doc(crash_at=None), tmp_path / "none.png") is None
+
+
+def test_thousands_of_broken_fields_make_a_short_table(tmp_path, capsys, monkeypatch):
+    doc = _full()
+    doc["placement"]["modes"].update({f"mode{i}\x1b[2J": {} for i in range(5000)})
+    rc, out = _report(tmp_path, capsys, monkeypatch, doc)
+    assert rc == 1 and "... and 4950 more malformed fields" in out and "\x1b" not in out
+    assert out.count("placement.modes.mode") == 50

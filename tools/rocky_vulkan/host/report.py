@@ -46,6 +46,7 @@ STATUS_STYLES = {
     "not judged": "yellow",
 }
 ABSENT = "—"
+MAX_BAD_ROWS = 50  # a file with thousands of broken fields gets a table of readable length
 # Failure reasons listed under the plot: at most this many lines, each at most this wide.
 MAX_REASON_LINES = 8
 REASON_WIDTH = 110
@@ -137,8 +138,12 @@ def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str,
         if name in checks:
             rows.append((name, checks[name]["evidence"], "", checks[name]["status"]))
     rows += placement_rows(doc) + serving_rows(doc)
-    for problem in doc.get("problems", []):
+    problems = doc.get("problems", [])
+    for problem in problems[:MAX_BAD_ROWS]:
         rows.append(("malformed", problem, "", "BAD"))
+    if len(problems) > MAX_BAD_ROWS:
+        more = len(problems) - MAX_BAD_ROWS
+        rows.append(("malformed", f"... and {more} more malformed fields", "", "BAD"))
     return rows
 
 
