@@ -6,7 +6,8 @@ import re
 import subprocess
 import sys
 
-from rocky_vulkan.cli import COMMAND_MODULES
+import pytest
+from rocky_vulkan.cli import COMMAND_MODULES, main
 
 
 def _help() -> str:
@@ -75,3 +76,13 @@ def test_readme_first_command_builds_through_rocky_vulkan_build_and_parses():
     assert args.command == "build"
     assert args.fragment == ["model-licence"] and args.ssh_key == ["~/.ssh/id_ed25519.pub"]
     assert "kas build" not in first
+
+
+def test_every_command_has_a_working_help(capsys):
+    # argparse %-formats help texts: a stray % (an IPv6 zone, a percentage) crashes --help.
+    names = re.findall(r"(?m)^    ([a-z][a-z-]*) ", _help())
+    for name in names:
+        with pytest.raises(SystemExit) as exited:
+            main([name, "--help"])
+        assert exited.value.code == 0, name
+        assert "usage: rocky-vulkan" in capsys.readouterr().out

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "rocky_vulkan.llama.testmodel",
     "rocky_vulkan.host.model",
     "rocky_vulkan.host.report",
+    "rocky_vulkan.host.board",
     "rocky_vulkan.llama.sources",
     "rocky_vulkan.sim",
     "rocky_vulkan.tiles.cli",
@@ -44,6 +45,7 @@ the usual order:
   (boot the board: a self-test runs once and writes /var/lib/rocky-selftest/result.json)
   ssh rocky@rock-5-itx.local          log in with that key (`image.user`@`hostname`.local)
   rocky-vulkan report result.json     the board's numbers against the reference, and a verdict
+  rocky-vulkan board HOST             over SSH: the same report, the API's URL, TLS fingerprint, key
 
 After changing rocky-vulkan.yaml, run `rocky-vulkan render` and commit both (build renders too).
 `rocky-vulkan model fetch` is only for a new model.url with `sha256: null`: it downloads the model
