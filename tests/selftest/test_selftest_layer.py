@@ -26,6 +26,8 @@ ALLOWED_IMPORTS = {
     "__future__", "argparse", "collections", "contextlib", "dataclasses", "errno", "glob",
     "hashlib", "json", "math", "os", "platform", "re", "shutil", "signal", "stat", "subprocess",
     "struct", "sys", "tempfile", "time", "traceback", "typing",
+    # the serving step: http.client is in python3-netclient, socket in python3-io
+    "http", "socket",
 }  # fmt: skip
 # Modules only `rocky-llm` runs (its recipe RDEPENDS on python3-io and python3-netclient too).
 SERVE_ONLY = {"serve_cli.py", "serve_keys.py"}
