@@ -126,6 +126,13 @@ class Server:
         self._signal_group(signal.SIGKILL)  # whatever is left of the group, the leader too
         self.proc.wait()
         self.exit_code = self.proc.returncode
+        end = time.monotonic() + 5  # SIGKILL is delivered asynchronously: let the group go
+        while time.monotonic() < end:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                break
+            time.sleep(0.05)
 
     def log_tail(self) -> str:
         return _tail(self.log_path)
