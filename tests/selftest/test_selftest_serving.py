@@ -105,8 +105,8 @@ def test_summary_is_the_median_and_the_request_time():
     assert bad["status"] == "FAIL" and bad["reason"] == "exit status 1" and "pp_tps" not in bad
 
 
-GPU_PASSED = {"checks": [{"name": n, "status": "PASS"}
-                         for n in ("gpu_driver", "vulkan_device", "sweep", "output_match")]}  # fmt: skip
+GPU_CHECKS = ("gpu_driver", "vulkan_device", "sweep", "output_match")
+GPU_PASSED = {"checks": [{"name": n, "status": "PASS"} for n in GPU_CHECKS]}
 
 
 def _placement(monkeypatch, rates: dict, doc: dict) -> tuple:
@@ -155,8 +155,10 @@ def test_placement_fails_when_the_gpu_checks_did_not_pass(monkeypatch):
 def test_the_placement_runs_use_the_servers_ub_and_name_the_gpu():
     s = Settings(model_path="m.gguf", model_sha256=None, ubatch_sizes=(64,),
                  serve_request_prompt_tokens=2048, env={"X": "1"})  # fmt: skip
-    doc = {"sweep": [{"mode": "tuned", "status": "PASS", "ubatch": 256, "avg_ts": 30.0},
-                     {"mode": "tuned", "status": "PASS", "ubatch": 512, "avg_ts": 20.0}]}  # fmt: skip
+    tuned = {"mode": "tuned", "status": "PASS"}
+    doc = {
+        "sweep": [tuned | {"ubatch": 256, "avg_ts": 30.0}, tuned | {"ubatch": 512, "avg_ts": 20.0}]
+    }
     assert placement_bench.ubatch_for("gpu", doc) == 256
     assert placement_bench.ubatch_for("hybrid", doc) == 256
     assert placement_bench.ubatch_for("cpu", doc) == 512
