@@ -176,7 +176,7 @@ def measure_one(
     if first is not None and sent is not None:
         rec["ttft_s"] = round(first - sent, 4)
     if timings:
-        rec["server"] = timings
+        rec["timings"] = timings  # the server's own, as it sent them
         rec["server_prompt_s"] = round(timings["prompt_ms"] / 1000, 4)
         rec["prompt_tps"] = timings["prompt_per_second"]
         rec["decode_tps"] = timings["predicted_per_second"]

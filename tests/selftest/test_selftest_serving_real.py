@@ -1,0 +1,139 @@
+"""The placement and serving steps against the real llama-bench and llama-server (lavapipe as the
+Vulkan device, the tiny GGUF), with small prompt sizes from the config so CI stays fast; the
+board's 2048/8192 sizes are the defaults. One llama process at a time.
+
+Stand-in, said here: the stack checks (panthor, firmware, Vulkan device) need the board, so the
+GPU checks the server's derivation reads are given as PASS in the document so far; the sweep in
+it is a real one. The timings say nothing about the Mali-G610."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from rocky_selftest.bench import Deadline, sweep
+from rocky_selftest.placement import request_seconds
+from rocky_selftest.placement_bench import placement
+from rocky_selftest.serving import DECODE_RATIO_MIN, TTFT_RATIO_MAX, serving
+from rocky_selftest.settings import load_settings
+from rocky_selftest.stack import sha256_file
+
+from tests.helpers.llama_bin import BIN_DIR, VK_ENV, vulkan_device
+from tests.helpers.selftest import make_tiny_model, write_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.needs_llama_bin]
+
+SIZES = [64, 256]
+GENERATED = 16
+
+
+def _llama_processes() -> list[str]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                comm = (Path("/proc") / entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            if comm.startswith("llama-"):
+                found.append(f"{entry} {comm}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    if not (Path(BIN_DIR) / "llama-server").exists():
+        pytest.skip(f"no llama-server in {BIN_DIR} (built with LLAMA_BUILD_SERVER=ON)")
+    tmp = tmp_path_factory.mktemp("serving")
+    model = make_tiny_model(tmp_path_factory)
+    device = vulkan_device()
+    cfg = write_config(
+        tmp / "config.json",
+        model_path=str(model),
+        model_sha256=sha256_file(str(model)),
+        ubatch_sizes=[32],
+        prompt_tokens=64,
+        repetitions=2,
+        run_timeout_s=600,
+        deadline_s=1500,
+        bin_dir=BIN_DIR,
+        results_dir=str(tmp / "results"),
+        gpu_name=device or "no Vulkan device on this host",
+        env=VK_ENV,
+        sweep_modes=["tuned"],
+        serve_request_prompt_tokens=64,
+        serve_request_generated_tokens=16,
+        serve_context_tokens=512,
+        serve_parallel=1,
+        serving_prompt_tokens=SIZES,
+        serving_generated_tokens=GENERATED,
+    )
+    s = load_settings(str(cfg))
+    deadline = Deadline(s.deadline_s)
+    log: list[str] = []
+    _, sweep_runs = sweep(s, deadline, log=log.append)
+    checks = [{"name": n, "status": "PASS", "evidence": "stand-in: needs the board"}
+              for n in ("gpu_driver", "vulkan_device", "output_match")]  # fmt: skip
+    checks.append({"name": "sweep", "status": "PASS", "evidence": "real"})
+    doc = {"checks": checks, "sweep": sweep_runs}
+    place_check, doc["placement"] = placement(s, deadline, doc, log=log.append)
+    doc["checks"].append(place_check.to_json())
+    serve_check, doc["serving"] = serving(s, deadline, doc, log=log.append)
+    print("\n".join(log))
+    print(f"{place_check.status} placement: {place_check.evidence}")
+    print(f"{serve_check.status} serving: {serve_check.evidence}")
+    (tmp / "doc.json").write_text(json.dumps(doc, indent=2, allow_nan=False))
+    return doc, place_check, serve_check, device
+
+
+def test_placement_measures_every_mode_and_chooses_the_least_time(run):
+    doc, check, _, device = run
+    p = doc["placement"]
+    assert p["request"] == {"prompt_tokens": 64, "generated_tokens": 16}
+    cpu = p["modes"]["cpu"]
+    assert cpu["status"] == "PASS" and cpu["pp_tps"] > 0 and cpu["tg_tps"] > 0, cpu
+    assert all(r["devices"] in ("none", None) and r["ubatch"] == 512 for r in cpu["runs"])
+    if not device:
+        # -dev Vulkan0 without the device exits 1; hybrid without it finds no GPU to name
+        assert p["modes"]["gpu"]["status"] == "FAIL" and check.status == "FAIL"
+        return
+    for mode in ("gpu", "hybrid"):
+        entry = p["modes"][mode]
+        assert entry["status"] == "PASS", entry
+        assert len(entry["runs"]) == 2 and all(r["ubatch"] == 32 for r in entry["runs"])
+        assert all(device in r["gpu_info"] for r in entry["runs"])
+    assert all(r["n_gpu_layers"] > 0 for r in p["modes"]["gpu"]["runs"])
+    assert all(r["n_gpu_layers"] == 0 for r in p["modes"]["hybrid"]["runs"])
+    times = {m: request_seconds(e["pp_tps"], e["tg_tps"], 64, 16) for m, e in p["modes"].items()}
+    assert p["chosen"] == min(times, key=times.get) and check.status == "PASS", check
+    assert p["chosen"] in check.evidence
+
+
+def test_serving_measures_ttft_and_decode_through_the_real_api(run):
+    doc, place_check, check, device = run
+    sv = doc["serving"]
+    assert sv["goal"] == {"ttft_ratio_max": TTFT_RATIO_MAX, "decode_ratio_min": DECODE_RATIO_MIN}
+    cpu = [r for r in sv["runs"] if r["server"] == "cpu"]
+    assert [r["prompt_tokens"] for r in cpu] == SIZES
+    labels = ["gpu", "cpu"] if sv["plan"]["placement"] != "cpu" else ["cpu"]
+    for r in [r for r in sv["runs"] if r["server"] in labels]:
+        assert r["status"] == "PASS", r
+        assert r["ttft_s"] > 0 and r["decode_tps"] > 0 and r["decode_tps_wall"] > 0
+        assert r["timings"]["prompt_n"] == r["prompt_tokens"]
+        assert r["timings"]["predicted_n"] == GENERATED
+        assert r["prompt_tokens"] == r["requested_tokens"]
+    for info in sv["servers"]:
+        assert info["exit_code"] is not None and info["slot_context"] == 512
+        assert "--host" in info["cmd"] and info["cmd"][info["cmd"].index("--host") + 1] == (
+            "127.0.0.1"
+        )
+        assert "--ssl-key-file" not in info["cmd"]
+    assert not _llama_processes()  # every server stopped, nothing left over
+    if not device or sv["plan"]["placement"] == "cpu":
+        assert check.status == "FAIL"
+        return
+    ok = sv["ttft_ratio"] <= TTFT_RATIO_MAX and sv["decode_ratio"] >= DECODE_RATIO_MIN
+    assert (check.status == "PASS") == ok, check
+    assert sv["plan"]["placement"] == doc["placement"]["chosen"]
