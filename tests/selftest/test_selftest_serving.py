@@ -428,3 +428,11 @@ def test_a_peer_that_streams_forever_or_never_answers_is_cut_off(peer, mode, exp
     t0 = time.monotonic()
     _, why = stream_completion(api, {"prompt": [1]}, timeout_s=2)
     assert expected in why and time.monotonic() - t0 < 6
+
+
+def test_with_the_server_off_both_steps_are_skipped():
+    s = Settings(model_path="m", model_sha256=None, ubatch_sizes=(64,), serve_listen="off")
+    check, _ = placement_bench.placement(s, Deadline(60), GPU_PASSED, log=print)
+    assert check.status == "SKIP"
+    check, data = serving.serving(s, Deadline(60), GPU_PASSED, log=print)
+    assert check.status == "SKIP" and data["goal"]["ttft_ratio_max"] == 0.8

@@ -43,9 +43,8 @@ def _llama_processes() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    if not (Path(BIN_DIR) / "llama-server").exists():
-        pytest.skip(f"no llama-server in {BIN_DIR} (built with LLAMA_BUILD_SERVER=ON)")
+def placed(tmp_path_factory):
+    """The settings, a real sweep and the real placement step."""
     tmp = tmp_path_factory.mktemp("serving")
     model = make_tiny_model(tmp_path_factory)
     device = vulkan_device()
@@ -78,18 +77,29 @@ def run(tmp_path_factory):
               for n in ("gpu_driver", "vulkan_device", "output_match")]  # fmt: skip
     checks.append({"name": "sweep", "status": "PASS", "evidence": "real"})
     doc = {"checks": checks, "sweep": sweep_runs}
-    place_check, doc["placement"] = placement(s, deadline, doc, log=log.append)
-    doc["checks"].append(place_check.to_json())
-    serve_check, doc["serving"] = serving(s, deadline, doc, log=log.append)
+    check, doc["placement"] = placement(s, deadline, doc, log=log.append)
+    doc["checks"].append(check.to_json())
     print("\n".join(log))
-    print(f"{place_check.status} placement: {place_check.evidence}")
-    print(f"{serve_check.status} serving: {serve_check.evidence}")
-    (tmp / "doc.json").write_text(json.dumps(doc, indent=2, allow_nan=False))
-    return doc, place_check, serve_check, device
+    print(f"{check.status} placement: {check.evidence}")
+    return s, doc, check, device
 
 
-def test_placement_measures_every_mode_and_chooses_the_least_time(run):
-    doc, check, _, device = run
+@pytest.fixture(scope="module")
+def served(placed):
+    """The real serving step after the placement, with the document so far."""
+    s, doc, _, device = placed
+    if not (Path(s.bin_dir) / "llama-server").exists():
+        pytest.skip(f"no llama-server in {s.bin_dir} (a build with LLAMA_BUILD_SERVER=ON has it)")
+    log: list[str] = []
+    check, data = serving(s, Deadline(s.deadline_s), doc, log=log.append)
+    print("\n".join(log))
+    print(f"{check.status} serving: {check.evidence}")
+    json.dumps(data, allow_nan=False)  # strict JSON
+    return {**doc, "serving": data}, check, device
+
+
+def test_placement_measures_every_mode_and_chooses_the_least_time(placed):
+    _, doc, check, device = placed
     p = doc["placement"]
     assert p["request"] == {"prompt_tokens": 64, "generated_tokens": 16}
     cpu = p["modes"]["cpu"]
@@ -111,8 +121,8 @@ def test_placement_measures_every_mode_and_chooses_the_least_time(run):
     assert p["chosen"] in check.evidence
 
 
-def test_serving_measures_ttft_and_decode_through_the_real_api(run):
-    doc, place_check, check, device = run
+def test_serving_measures_ttft_and_decode_through_the_real_api(served):
+    doc, check, device = served
     sv = doc["serving"]
     assert sv["goal"] == {"ttft_ratio_max": TTFT_RATIO_MAX, "decode_ratio_min": DECODE_RATIO_MIN}
     cpu = [r for r in sv["runs"] if r["server"] == "cpu"]

@@ -30,7 +30,7 @@ from typing import Any
 
 from . import paths
 from .bench import Deadline
-from .checks import Check, failed, passed
+from .checks import SKIP, Check, failed, passed
 from .match import PROMPT
 from .runner import STOP_SIGNALS, TAIL_CHARS, TAIL_LINES
 from .serve_client import Api, ClientError, free_port, stream_completion
@@ -356,8 +356,10 @@ def serving(
     s: Settings, deadline: Deadline, doc: dict[str, Any], log=print
 ) -> tuple[Check, dict[str, Any]]:
     """Both servers, one after the other, then the goal. `doc` is the result so far."""
-    plan = derive(s, doc=doc)
     goal = {"ttft_ratio_max": TTFT_RATIO_MAX, "decode_ratio_min": DECODE_RATIO_MIN}
+    if s.serve_listen == "off":
+        return Check(NAME, SKIP, "serve.listen is off: no server to measure"), {"goal": goal}
+    plan = derive(s, doc=doc)
     data: dict[str, Any] = {
         "goal": goal,
         "prompt_sizes": list(s.serving_prompt_tokens),

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from .bench import Deadline, _count, clean_entry, median
-from .checks import Check, failed, passed
+from .checks import SKIP, Check, failed, passed
 from .kld import tiles_used
 from .placement import MODE_FLAGS, MODES, choose, request_seconds
 from .runner import run_tool
@@ -178,6 +178,8 @@ def placement(
     `checks` as JSON and the `sweep`). PASS only when every mode was measured, the GPU checks
     passed and the choice came from the measurements: a failed GPU mode is never hidden by a
     CPU choice."""
+    if s.serve_listen == "off":
+        return Check(NAME, SKIP, "serve.listen is off: no server to place"), {}
     prompt, generated = s.serve_request_prompt_tokens, s.serve_request_generated_tokens
     ok, gpu_why = gpu_ok(doc)
     runs = []
