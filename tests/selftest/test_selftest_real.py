@@ -16,7 +16,7 @@ from rocky_selftest.cli import main
 from rocky_selftest.stack import sha256_file
 
 from tests.helpers.llama_bin import BIN_DIR, VK_ENV, vulkan_device
-from tests.helpers.selftest import make_tiny_model, write_config
+from tests.helpers.selftest import TINY_TEXT_ONLY, make_tiny_model, write_config
 
 pytestmark = [
     pytest.mark.slow,
@@ -53,6 +53,7 @@ def result(tmp_path_factory):
         serve_parallel=1,
         serving_prompt_tokens=[64],
         serving_generated_tokens=8,
+        serving_logit_bias=TINY_TEXT_ONLY,
     )
     rc = main(["--config", str(cfg), "run"])
     doc = json.loads((tmp / "results/result.json").read_text())

@@ -292,7 +292,9 @@ def test_serving_settings_are_checked(tmp_path):
     assert good.serving_prompt_tokens == (32, 96)
     for bad in ({"serving_prompt_tokens": []}, {"serving_prompt_tokens": 2048},
                 {"serving_prompt_tokens": [0]}, {"serving_prompt_tokens": [True]},
-                {"serving_generated_tokens": 1}, {"serving_generated_tokens": "128"}):  # fmt: skip
+                {"serving_generated_tokens": 1}, {"serving_generated_tokens": "128"},
+                {"serving_logit_bias": {"x": -100}}, {"serving_logit_bias": {"1": "-100"}},
+                {"serving_logit_bias": [1]}):  # fmt: skip
         with pytest.raises(SettingsError, match="serving_"):
             load_settings(str(write_config(tmp_path / "c.json", model_path="m", **bad)))
 

@@ -21,7 +21,7 @@ from rocky_selftest.settings import load_settings
 from rocky_selftest.stack import sha256_file
 
 from tests.helpers.llama_bin import BIN_DIR, VK_ENV, vulkan_device
-from tests.helpers.selftest import make_tiny_model, write_config
+from tests.helpers.selftest import TINY_TEXT_ONLY, make_tiny_model, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.needs_llama_bin]
 
@@ -68,6 +68,7 @@ def placed(tmp_path_factory):
         serve_parallel=1,
         serving_prompt_tokens=SIZES,
         serving_generated_tokens=GENERATED,
+        serving_logit_bias=TINY_TEXT_ONLY,
     )
     s = load_settings(str(cfg))
     deadline = Deadline(s.deadline_s)

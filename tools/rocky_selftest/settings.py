@@ -75,6 +75,9 @@ class Settings:
     # size (the first size decides the goal), each generating this many tokens.
     serving_prompt_tokens: tuple[int, ...] = (2048, 8192)
     serving_generated_tokens: int = 128
+    # Token id -> logit bias for those requests; the board leaves it empty. Tests with the random
+    # tiny model ban its byte tokens: a lone byte makes b9101's output parser fail the request.
+    serving_logit_bias: dict[str, float] = field(default_factory=dict)
 
     def tool(self, name: str) -> str:
         return os.path.join(self.bin_dir, name)
@@ -134,6 +137,10 @@ def load_settings(path: str) -> Settings:
     return settings
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and -1e9 < value < 1e9
+
+
 def _whole(value: object, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
@@ -165,6 +172,16 @@ def _check_serve(path: str, s: Settings) -> None:
             f"{path}: serving_generated_tokens must be a whole number 2..32768, "
             f"not {s.serving_generated_tokens!r}"
         )
+    bias = s.serving_logit_bias
+    if (
+        not isinstance(bias, dict)
+        or len(bias) > 100_000
+        or not all(
+            isinstance(k, str) and k.isdigit() and k.isascii() and _number(v)
+            for k, v in bias.items()
+        )
+    ):
+        raise SettingsError(f"{path}: serving_logit_bias must map token ids to numbers")
     for key in ("serve_model_path", "serve_model_name", "llama_server"):
         value = getattr(s, key)
         if not isinstance(value, str) or not value.isprintable() or len(value) > 4096:

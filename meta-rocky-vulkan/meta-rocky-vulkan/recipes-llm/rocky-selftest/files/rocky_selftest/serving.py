@@ -43,6 +43,7 @@ DECODE_RATIO_MIN = 1.0
 HOST = "127.0.0.1"
 STOP_GRACE_S = 15.0  # SIGTERM, then SIGKILL of the whole process group
 LOG_NAME = "llama-server.log"
+WARMUP_TOKENS = 16
 
 
 def cpu_plan(plan: dict[str, Any]) -> dict[str, Any]:
@@ -153,7 +154,9 @@ def wait_healthy(api: Api, server: Server, timeout_s: float) -> str | None:
 
 
 def request_body(s: Settings, tokens: list[int], generated: int) -> dict[str, Any]:
+    extra = {"logit_bias": dict(s.serving_logit_bias)} if s.serving_logit_bias else {}
     return {
+        **extra,
         "model": s.serve_model_name,
         "prompt": tokens,
         "max_tokens": generated,
@@ -267,6 +270,18 @@ def run_server(
             log(f"  {label}: FAIL {why}")
             return runs, info
         info["slot_context"] = n_ctx
+        # One short request first, unmeasured, as a user's first one would find the server
+        # after any other: buffers sized, threads up.
+        try:
+            warm = api.prompt_tokens(PROMPT, min(WARMUP_TOKENS, n_ctx - 2), 60.0)
+            _, why = stream_completion(api, request_body(s, warm, 2), min(120.0, deadline.left()))
+        except ClientError as err:
+            why = str(err)
+        if why is not None:
+            info.update(reason=f"warm-up request: {why}", log_tail=server.log_tail())
+            fail_all(info["reason"])
+            log(f"  {label}: FAIL {info['reason']}")
+            return runs, info
         for size, n, note in _sizes(s, n_ctx, generated):
             if n is None:
                 runs.append(_run(label, mode, size, None, status="SKIP", reason=note))
