@@ -254,6 +254,8 @@ def run_server(
             return runs, info
         t0 = time.monotonic()
         why = server.start()
+        if server.proc is not None:
+            info["pid"] = server.proc.pid  # also its process group: gone once stopped
         if why is None:
             key = _read_key(work)
             api = Api(HOST, port, key)
