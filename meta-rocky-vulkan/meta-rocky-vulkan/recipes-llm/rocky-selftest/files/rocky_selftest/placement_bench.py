@@ -200,7 +200,7 @@ def placement(
     }
     log(f"  chosen: {chosen} ({reason})")
     if not ok:
-        return failed(NAME, f"{gpu_why}; {reason}"), data
+        return failed(NAME, f"{gpu_why}: the server runs on the CPU whatever the rates"), data
     bad = [m for m in MODES if modes[m]["status"] != "PASS"]
     if bad:
         first = modes[bad[0]]
