@@ -169,6 +169,9 @@ def test_the_placement_runs_use_the_servers_ub_and_name_the_gpu():
     assert env["GGML_VK_MALI_WARPTILE"] is None  # the product's tiles, not the stock switch
     cpu, _ = placement_bench.bench_command(s, "cpu", 512)
     assert cpu[cpu.index("-dev") + 1] == "none" and cpu[cpu.index("-ngl") + 1] == "0"
+    assert gpu[gpu.index("-m") + 1] == "m.gguf"
+    other = replace(s, serve_model_path="served.gguf")
+    assert "served.gguf" in placement_bench.bench_command(other, "gpu", 256)[0]
     hybrid, _ = placement_bench.bench_command(s, "hybrid", 256)
     assert "-dev" not in hybrid and hybrid[hybrid.index("-ngl") + 1] == "0"
 

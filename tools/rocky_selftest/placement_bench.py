@@ -28,7 +28,7 @@ DECODE_TOKENS = 128  # tg128, llama.cpp's usual decode measurement
 
 def bench_command(s: Settings, mode: str, ubatch: int) -> tuple[list[str], dict[str, str | None]]:
     """The llama-bench command line and extra environment for one placement run."""
-    cmd = [s.tool("llama-bench"), "-m", s.model_path]
+    cmd = [s.tool("llama-bench"), "-m", s.served_model]  # the model the server will load
     cmd += ["-p", str(s.serve_request_prompt_tokens), "-n", str(DECODE_TOKENS)]
     cmd += list(MODE_FLAGS[mode])
     if mode == "gpu":
