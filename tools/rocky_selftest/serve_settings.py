@@ -113,9 +113,15 @@ def memory_plan(s: Settings, mem_total: int | None) -> tuple[int, int, str]:
     return ctx, slots, why + ("; " + "; ".join(notes) if notes else "")
 
 
-def derive(s: Settings, meminfo: str = "/proc/meminfo") -> dict[str, Any]:
-    """Every setting as {value, reason}, plus warnings for the journal and the login message."""
-    doc = peek_result(s.results_dir)
+_ON_DISK: Any = object()
+
+
+def derive(s: Settings, meminfo: str = "/proc/meminfo", doc: Any = _ON_DISK) -> dict[str, Any]:
+    """Every setting as {value, reason}, plus warnings for the journal and the login message.
+    `doc`: the self-test's result (default: the one on disk; the self-test's serving step
+    passes the run's own document so far)."""
+    if doc is _ON_DISK:
+        doc = peek_result(s.results_dir)
     ok, gpu_why = gpu_ok(doc)
     placement = doc.get("placement") if isinstance(doc, dict) else None
     modes = placement.get("modes") if isinstance(placement, dict) else None

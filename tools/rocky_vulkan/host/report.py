@@ -129,6 +129,8 @@ def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str,
     )
     for name in (
         "output_match",
+        "placement",
+        "serving",
         "gpu_driver",
         "csf_firmware",
         "no_vendor_driver",
