@@ -39,10 +39,13 @@ UNIT = LLM_FILES / "rocky-llm.service"
 KEYS_UNIT = LLM_FILES / "rocky-llm-keys.service"
 WRAPPER = "/usr/bin/rocky-llm"
 LIB_DIR = "/usr/share/rocky-selftest"  # where the wrapper imports rocky_selftest from
-# The 'tiny' test model's special tokens (testmodel.py): banning </s> makes every answer exactly
-# max_tokens long, so token counts can be asserted.
-EOS_TOKEN = 2
-NO_EOS = {str(EOS_TOKEN): -100}
+# The 'tiny' test model's vocab (testmodel.py): ids 0-2 are <unk> <s> </s>, 3-258 the byte
+# tokens. Banning </s> makes every answer exactly max_tokens long, so token counts can be asserted.
+# Banning the bytes keeps the random model's output valid UTF-8: a lone byte token (e.g. <0xE3>)
+# makes b9101's chat parser (common/chat.cpp) fail the whole request with 500 "Failed to parse
+# input at pos N" (seen; a real model emits whole characters).
+N_FIXED_TOKENS = 3 + 256
+TEXT_ONLY = {str(i): -100 for i in range(N_FIXED_TOKENS)}
 
 
 def exec_start(unit: Path) -> list[str]:
@@ -289,7 +292,7 @@ class Server:
         status, data = self.request(
             "POST", "/v1/chat/completions",
             {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": max_tokens,
-             "temperature": 0, "logit_bias": NO_EOS},
+             "temperature": 0, "logit_bias": TEXT_ONLY},
         )  # fmt: skip
         assert status == 200, (status, data[:500], self.tail(2000))
         doc = json.loads(data)
