@@ -12,6 +12,7 @@ directly, as root or as whoever runs the tests, not as the unit's User=.
 from __future__ import annotations
 
 import base64
+import ctypes
 import hashlib
 import http.client
 import json
@@ -200,6 +201,13 @@ def rss_kib(pid: int) -> tuple[int, int]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def _die_with_parent() -> None:
+    """The server gets SIGKILL when the test run dies (kept across the exec into llama-server):
+    no stray llama-server after a killed pytest."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 @dataclass
 class Server:
     """`rocky-llm serve` started with the unit's command line; it execs llama-server."""
@@ -218,7 +226,7 @@ class Server:
             fh.write(f"\n==== start {shlex.join(self.argv)}\n".encode())
             self.proc = subprocess.Popen(
                 self.argv, env=self.env, stdout=fh, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
             )  # fmt: skip
         t0 = time.monotonic()
         while True:
