@@ -98,5 +98,7 @@ def test_credentials_and_user():
     assert names == ["api-key", "tls.crt", "tls.key"]
     (start,) = s["ExecStart"]
     assert start.split() == [WRAPPER, "--config", "/etc/rocky-selftest/config.json", "serve"]
-    assert s["PrivateUsers"] == ["yes"] and s["NoNewPrivileges"] == ["yes"]
+    # No PrivateUsers=: the render group must stay the GPU node's (as in the self-test's unit).
+    assert "PrivateUsers" not in s and s["NoNewPrivileges"] == ["yes"]
+    assert s["MemoryMax"] == ["90%"]
     assert s["DevicePolicy"] == ["closed"] and s["DeviceAllow"] == ["char-drm rw"]

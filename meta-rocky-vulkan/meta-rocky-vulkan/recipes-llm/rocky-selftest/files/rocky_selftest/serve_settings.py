@@ -28,6 +28,8 @@ DEFAULT_UBATCH = 512  # llama.cpp's own default
 # Kept free beside the model and the KV cache: the OS, the server and its compute buffers.
 RESERVE_BYTES = 1536 << 20
 MIN_CONTEXT = 512
+HTTP_TIMEOUT_S = 30
+HTTP_THREADS = 16
 
 
 def gpu_ok(doc: Any) -> tuple[bool, str]:
@@ -178,8 +180,11 @@ def server_command(
         argv += ["--ssl-key-file", os.path.join(credentials, paths.TLS_KEY_NAME)]
         argv += ["--ssl-cert-file", os.path.join(credentials, paths.TLS_CERT_NAME)]
     # /metrics for monitoring; /slots shows other users' prompts: off. Prompt cache kept small:
-    # its 8 GiB default is more than a 4 GB board has.
-    argv += ["--metrics", "--no-slots", "--cache-ram", "256", "--timeout", "600"]
+    # its 8 GiB default is more than a 4 GB board has. An idle kept-alive HTTPS connection holds
+    # an HTTP thread for the whole read timeout (600 s by default; tests saw the server stall on
+    # them): 30 s and more threads bound that (docs/verification/serving.md).
+    argv += ["--metrics", "--no-slots", "--cache-ram", "256"]
+    argv += ["--timeout", str(HTTP_TIMEOUT_S), "--threads-http", str(HTTP_THREADS)]
     env = {ENV_VAR: value(plan, "tiles")} if value(plan, "tiles") else {}
     return argv, env
 
