@@ -56,6 +56,14 @@ def test_the_run_covers_every_string_field_of_the_config():
         "repos[0].branch",
         "repos[1].layers[0]",
         "machines",  # the machine names (mapping keys)
+        "models[0].name",
+        "models[0].url",
+        "models[0].filename",
+        "models[0].sha256",
+        "models[0].license",
+        "models[0].license_flags",
+        "models[0].homepage",
+        "serve.model",
     ):
         assert must in fields
 

@@ -68,6 +68,19 @@ PASSWORD_HASH = (
 )
 
 
+# A model besides the reference one, served: its recipe, kas fragment and the image's licence
+# check are rendered, so every one of its fields is attacked too.
+EXTRA_MODEL = {
+    "name": "tiny",
+    "url": "https://huggingface.co/example/tiny-GGUF/resolve/0123456789abcdef0123456789abcdef01234567/tiny.gguf",
+    "filename": "tiny-q8_0.gguf",
+    "sha256": "ab" * 32,
+    "license": "Llama-3.2-Community",
+    "license_flags": "llama-community",
+    "homepage": "https://huggingface.co/example/tiny-GGUF",
+}
+
+
 def _ssh_key(comment: str) -> str:
     blob = b"".join(len(p).to_bytes(4, "big") + p for p in (b"ssh-ed25519", b"\x07" * 32))
     return f"ssh-ed25519 {base64.b64encode(blob).decode()} {comment}"
@@ -81,6 +94,9 @@ def clean_data() -> dict[str, Any]:
     data["image"]["extra_packages"] = ["htop"]
     if "password_hash" in data["image"]:  # (a config from before the field has none)
         data["image"]["password_hash"] = PASSWORD_HASH
+    if "models" in data:  # (a config from before the section has none)
+        data["models"] = [EXTRA_MODEL]
+        data["serve"]["model"] = EXTRA_MODEL["name"]
     return data
 
 

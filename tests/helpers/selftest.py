@@ -56,3 +56,10 @@ def make_tiny_model(tmp_path_factory) -> Path:
     from rocky_vulkan.llama.testmodel import write_preset
 
     return write_preset("tiny", tmp_path_factory.mktemp("model") / "tiny.gguf", seed=1)
+
+
+# The 'tiny' model's vocab (testmodel.py): ids 0-2 are <unk> <s> </s>, 3-258 the byte tokens.
+# A lone byte token in the random model's output makes b9101's output parser (common/chat.cpp)
+# fail a /v1/completions request with 500 "Failed to parse input at pos 0" (seen); a real model
+# emits whole characters. The serving step's requests in tests ban them (serving_logit_bias).
+TINY_TEXT_ONLY = {str(i): -100 for i in range(3 + 256)}

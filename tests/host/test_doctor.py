@@ -7,6 +7,7 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 from rocky_vulkan.cli import main
@@ -53,12 +54,135 @@ def test_good_host_passes_everything():
     assert not doctor.has_blocker(findings)
 
 
-def test_root_is_a_blocker_natively_but_not_in_a_container():
+def test_root_is_a_blocker_natively_and_in_a_container_without_kas_allow_root():
     native = doctor.judge(good_host(uid=0))
     assert by_check(native, "user").status == FAIL
     assert "Do not use Bitbake as root" in by_check(native, "user").detail
     assert doctor.has_blocker(native)
-    assert by_check(doctor.judge(good_host(uid=0), container=True), "user").status == WARN
+    # kas-container 5.5: `Running as root ... Set KAS_ALLOW_ROOT=yes to override.`
+    container = by_check(doctor.judge(good_host(uid=0), container=True), "user")
+    assert container.status == FAIL
+    assert "Running as root - may break certain recipes" in container.detail
+    assert "KAS_ALLOW_ROOT=yes" in container.fix and "usermod -aG docker" in container.fix
+    allowed = doctor.judge(good_host(uid=0, kas_allow_root=True), container=True)
+    assert by_check(allowed, "user").status == WARN
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "fix"),
+    [
+        (
+            "docker",
+            "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker "
+            "daemon running?",
+            "systemctl enable --now docker",
+        ),
+        (
+            "docker",
+            "permission denied while trying to connect to the Docker daemon socket at "
+            "unix:///var/run/docker.sock",
+            "usermod -aG docker",
+        ),
+        ("podman", "Error: cannot connect to Podman", "podman machine start"),
+        ("docker", "`docker info` did not answer within 30 s", "systemctl enable --now docker"),
+    ],
+)
+def test_a_container_engine_that_does_not_answer_is_a_blocker(name, error, fix):
+    host = good_host(
+        container_engine=f"/usr/bin/{name}", container_engine_name=name, engine_error=error
+    )
+    finding = by_check(doctor.judge(host, container=True), "container engine")
+    assert finding.status == FAIL
+    assert error in finding.detail and fix in finding.fix
+    native = doctor.judge(host)  # a native build does not need the engine
+    assert "container engine" not in {f.check for f in native}
+
+
+def test_an_unknown_kas_container_engine_is_named():
+    host = good_host(container_engine="/usr/bin/lxc", container_engine_name="lxc")
+    finding = by_check(doctor.judge(host, container=True), "container engine")
+    assert finding.status == FAIL and "KAS_CONTAINER_ENGINE=lxc" in finding.detail
+
+
+def _fake_engine(bin_dir, name="docker", version="Docker version 28.2.2, build e6534b4"):
+    """Fault injection: an engine client that answers like the real one whose daemon is stopped
+    (docker 28's texts, as the real client prints them on a host without the daemon). A real
+    engine cannot be stopped on demand in a test."""
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / name
+    script.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in\n  -v) echo "{version}" ;;\n'
+        "  *) echo 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+        "Is the docker daemon running?' >&2; exit 1 ;;\nesac\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_gather_facts_picks_the_engine_as_kas_container_does_and_asks_it(tmp_path):
+    bin_dir = tmp_path / "bin"
+    docker = _fake_engine(bin_dir)
+    facts = doctor.gather_facts(tmp_path, path_env=str(bin_dir), container=True, environ={})
+    assert (facts.container_engine, facts.container_engine_name) == (str(docker), "docker")
+    assert facts.engine_error.startswith("Cannot connect to the Docker daemon")
+    native = doctor.gather_facts(tmp_path, path_env=str(bin_dir), environ={})
+    assert native.engine_error is None  # only a container build asks the engine
+    # podman's docker shim does not say "Docker": kas-container then uses podman.
+    _fake_engine(bin_dir, version="podman version 4.3.1")
+    podman = _fake_engine(bin_dir, name="podman", version="podman version 4.3.1")
+    facts = doctor.gather_facts(tmp_path, path_env=str(bin_dir), container=True, environ={})
+    assert (facts.container_engine, facts.container_engine_name) == (str(podman), "podman")
+    chosen = doctor.pick_engine(str(bin_dir), {"KAS_CONTAINER_ENGINE": "docker"})
+    assert chosen == ("docker", str(bin_dir / "docker"))
+
+
+def _as_root() -> list[str]:
+    """A prefix that runs a command with uid 0: nothing as root, else a user namespace."""
+    if os.geteuid() == 0:
+        return []
+    unshare = shutil.which("unshare")
+    if unshare and subprocess.run([unshare, "-r", "true"], capture_output=True).returncode == 0:
+        return [unshare, "-r"]
+    pytest.skip("needs root or unprivileged user namespaces (unshare -r)")
+
+
+def test_cli_doctor_container_as_root_with_a_stopped_engine(tmp_path):
+    """The real `rocky-vulkan doctor --container`, with uid 0, KAS_ALLOW_ROOT unset and a docker
+    whose daemon is stopped (the fake above): exit 1, both problems named with their fixes."""
+    _fake_engine(tmp_path / "bin")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAS_")}
+    env.update(PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", COLUMNS="400")
+    done = subprocess.run(
+        [*_as_root(), sys.executable, "-m", "rocky_vulkan.cli", "--config"]
+        + [str(ROOT / "rocky-vulkan.yaml"), "doctor", "--container"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Running as root - may break certain recipes" in done.stdout
+    assert "export KAS_ALLOW_ROOT=yes" in done.stdout
+    assert "Cannot connect to the Docker daemon" in done.stdout
+    assert "sudo systemctl enable --now docker" in done.stdout
+    assert "fix the FAIL lines" in done.stderr
+
+
+def test_a_real_docker_client_without_its_daemon_is_a_blocker(tmp_path):
+    """Where this host has the docker client but no daemon (as the build machines here do),
+    the real client's own answer is what doctor reports."""
+    docker = shutil.which("docker")
+    if not docker:
+        pytest.skip("needs_tool: docker (the client) is not installed")
+    if subprocess.run([docker, "info"], capture_output=True, timeout=60).returncode == 0:
+        pytest.skip("docker's daemon is running here: nothing to see")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").symlink_to(docker)
+    facts = doctor.gather_facts(tmp_path, path_env=str(bin_dir), container=True, environ={})
+    finding = by_check(doctor.judge(facts, container=True), "container engine")
+    assert finding.status == FAIL and facts.engine_error in finding.detail
 
 
 @pytest.mark.parametrize(
@@ -111,7 +235,7 @@ def test_kas_missing_wrong_version_and_container_alternative():
     container = doctor.judge(good_host(kas=None, tools={}), container=True)
     assert not doctor.has_blocker(container)  # host tools live inside the container
     no_engine = doctor.judge(good_host(container_engine=None), container=True)
-    assert by_check(no_engine, "kas-container").status == FAIL
+    assert by_check(no_engine, "container engine").status == FAIL
 
 
 def test_locale_a_spelling_is_normalised():

@@ -346,3 +346,84 @@ def test_pin_refuses_a_config_without_the_null_line(tmp_path):
     with pytest.raises(UserError, match="no `sha256: null` line under model:"):
         pin_sha256(cfg, "ab" * 32)
     assert cfg.read_text() == before
+
+
+def _with_models(cfg: Path, url: str, served: str = "reference", sha: str | None = None) -> Path:
+    """The project config with two models: entries (tiny: sha256 `sha`, other: pinned)."""
+    block = (
+        "models:\n"
+        f"  - name: tiny\n    url: {url}/tiny\n    filename: tiny.gguf\n"
+        f"    sha256: {sha or 'null'}\n    license: Apache-2.0\n    license_flags: ''\n"
+        "    homepage: https://example.org/tiny\n"
+        f"  - name: other\n    url: {url}/other\n    filename: other.gguf\n"
+        f"    sha256: {'cd' * 32}\n    license: MIT\n    license_flags: ''\n"
+        "    homepage: https://example.org/other\n"
+    )
+    text = cfg.read_text().replace("models: []\n", block, 1)
+    cfg.write_text(text.replace("\n  model: reference\n", f"\n  model: {served}\n", 1))
+    return cfg
+
+
+def test_an_extra_model_is_fetched_and_its_own_line_pinned(tmp_path, server):
+    sha = hashlib.sha256(PAYLOAD).hexdigest()
+    cfg = _with_models(_project(tmp_path, server.url, "ab" * 32), server.url)
+    before = cfg.read_text().splitlines()
+    path, got, pinned = fetch_model(cfg, tmp_path / "models", "tiny", **FAST)
+    assert path == tmp_path / "models/tiny.gguf" and got == sha and pinned
+    after = cfg.read_text().splitlines()
+    assert [(a, b) for a, b in zip(before, after, strict=True) if a != b] == [
+        ("    sha256: null", f"    sha256: {sha}")
+    ]
+    loaded = load_config(cfg)
+    assert loaded.models[0].sha256 == sha and loaded.model.sha256 == "ab" * 32
+    assert loaded.models[1].sha256 == "cd" * 32
+
+
+def test_a_wrong_checksum_of_an_extra_model_names_its_entry(tmp_path, server):
+    cfg = _with_models(_project(tmp_path, server.url, "ab" * 32), server.url)
+    with pytest.raises(UserError, match=r"models\[1\]\.sha256 in rocky-vulkan\.yaml is cdcd") as e:
+        fetch_model(cfg, tmp_path / "models", "other", **FAST)
+    assert "`rocky-vulkan model fetch other` again" in str(e.value)
+    assert (tmp_path / "models/other.gguf.sha256-mismatch").exists()
+
+
+def test_cli_fetches_the_reference_and_the_served_model_by_default(tmp_path, server, capsys):
+    sha = hashlib.sha256(PAYLOAD).hexdigest()
+    cfg = _with_models(_project(tmp_path, server.url, None), server.url, served="tiny")
+    dest = tmp_path / "m"
+    args = ["--config", str(cfg), "model", "fetch", "--dest", str(dest), "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "pinned model.sha256" in out and "pinned models[0].sha256" in out
+    assert out.rstrip().endswith("now run `rocky-vulkan render` and commit both")
+    assert sorted(p.name for p in dest.iterdir()) == ["test-model.gguf", "tiny.gguf"]
+    loaded = load_config(cfg)
+    assert loaded.model.sha256 == sha and loaded.models[0].sha256 == sha
+    assert server.requests == [None, None]  # `other` (not served) was not downloaded
+
+
+def test_cli_fetches_named_models_and_refuses_unknown_names(tmp_path, server, capsys):
+    cfg = _with_models(_project(tmp_path, server.url, None), server.url)
+    dest = tmp_path / "m"
+    args = ["--config", str(cfg), "model", "fetch", "--dest", str(dest), "--no-progress"]
+    assert main([*args, "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "no model named 'nope'" in err and "reference, tiny, other" in err
+    assert main([*args, "tiny", "--all"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert server.requests == []
+    assert main([*args, "tiny"]) == 0
+    assert [p.name for p in dest.iterdir()] == ["tiny.gguf"]
+    assert load_config(cfg).model.sha256 is None  # the reference was not asked for
+
+
+def test_pin_refuses_an_extra_model_that_is_already_pinned(tmp_path):
+    from rocky_vulkan.host.model import pin_sha256
+
+    cfg = _with_models(
+        _project(tmp_path, "https://example.invalid/m.gguf", None), "https://x.invalid"
+    )
+    before = cfg.read_text()
+    with pytest.raises(UserError, match="no `sha256: null` line under models: entry 'other'"):
+        pin_sha256(cfg, "ab" * 32, "other")
+    assert cfg.read_text() == before

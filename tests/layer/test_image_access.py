@@ -239,8 +239,12 @@ def test_postprocess_writes_hostname_sudo_rule_and_network(project, tmp_path):
     assert not (rootfs / "home/rocky/.ssh").exists()
     network = (rootfs / "etc/systemd/network/10-rocky-dhcp.network").read_text()
     assert network == (
-        "[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n\n[DHCPv4]\nClientIdentifier=mac\n"
+        "[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\nMulticastDNS=yes\n\n"
+        "[DHCPv4]\nClientIdentifier=mac\n"
     )
+    # mDNS needs resolved's global switch too (<hostname>.local answers on the LAN).
+    mdns = rootfs / "etc/systemd/resolved.conf.d/10-rocky-mdns.conf"
+    assert mdns.read_text() == "[Resolve]\nMulticastDNS=yes\n"
 
 
 def test_postprocess_installs_every_configured_key(project, tmp_path):

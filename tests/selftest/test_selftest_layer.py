@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rocky_selftest import serving
 from rocky_selftest.settings import load_settings
 from rocky_vulkan.config import load_config
 from rocky_vulkan.layer import manifest
@@ -25,8 +26,13 @@ LAYER_FILES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-self
 ALLOWED_IMPORTS = {
     "__future__", "argparse", "collections", "contextlib", "dataclasses", "errno", "glob",
     "hashlib", "json", "math", "os", "platform", "re", "shutil", "signal", "stat", "subprocess",
-    "sys", "tempfile", "time", "traceback", "typing",
+    "struct", "sys", "tempfile", "time", "traceback", "typing",
+    # the serving step: http.client is in python3-netclient, socket in python3-io
+    "http", "socket",
 }  # fmt: skip
+# Modules only `rocky-llm` runs (its recipe RDEPENDS on python3-io and python3-netclient too).
+SERVE_ONLY = {"serve_cli.py", "serve_keys.py"}
+SERVE_IMPORTS = ALLOWED_IMPORTS | {"base64", "grp", "secrets", "socket"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -43,7 +49,7 @@ def test_selftest_imports_only_the_stdlib_modules_the_recipe_provides():
     sources = sorted((ROOT / "tools/rocky_selftest").glob("*.py"))
     assert sources
     for path in sources:
-        extra = _imports(path) - ALLOWED_IMPORTS
+        extra = _imports(path) - (SERVE_IMPORTS if path.name in SERVE_ONLY else ALLOWED_IMPORTS)
         assert not extra, f"{path.name} imports {extra}: stdlib only, and add its OE package"
 
 
@@ -113,6 +119,18 @@ def test_unit_runs_once_after_boot_and_is_bounded():
     timeout = int(unit.split("TimeoutStartSec=")[1].split()[0])
     cfg = load_config(ROOT / "rocky-vulkan.yaml")
     assert cfg.selftest.deadline_s < timeout < cfg.selftest.deadline_s + 2 * 3600
+    # Nothing starts after the deadline and nothing runs past it (each tool, server start and
+    # request gets min(run_timeout_s, time left)); stopping a server then takes its grace.
+    assert timeout >= cfg.selftest.deadline_s + serving.STOP_GRACE_S + 60
+
+
+def test_recipe_rdepends_on_what_the_serving_step_runs_and_imports():
+    recipe = next(
+        (ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest").glob("*.bb")
+    ).read_text()
+    rdepends = recipe.split('RDEPENDS:${PN} = "')[1].split('"')[0].replace("\\", " ").split()
+    assert "python3-netclient" in rdepends  # http.client (oe-core python3-manifest.json)
+    assert "llama-cpp-server" in rdepends  # llama-server
 
 
 def _render_with_sha(project: Path, sha: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ from rocky_selftest.cli import main
 from rocky_selftest.stack import sha256_file
 
 from tests.helpers.llama_bin import BIN_DIR, VK_ENV, vulkan_device
-from tests.helpers.selftest import make_tiny_model, write_config
+from tests.helpers.selftest import TINY_TEXT_ONLY, make_tiny_model, write_config
 
 pytestmark = [
     pytest.mark.slow,
@@ -46,6 +46,14 @@ def result(tmp_path_factory):
         gpu_name=device or "no Vulkan device on this host",
         env=VK_ENV,
         skip_checks=["gpu_driver", "csf_firmware", "no_vendor_driver", "vulkan_device"],
+        # the server steps at sizes for CI (the board: 2048 + 256, 2048 and 8192)
+        serve_request_prompt_tokens=64,
+        serve_request_generated_tokens=16,
+        serve_context_tokens=512,
+        serve_parallel=1,
+        serving_prompt_tokens=[64],
+        serving_generated_tokens=8,
+        serving_logit_bias=TINY_TEXT_ONLY,
     )
     rc = main(["--config", str(cfg), "run"])
     doc = json.loads((tmp / "results/result.json").read_text())
@@ -121,3 +129,24 @@ def test_output_match_is_the_kld_check_with_greedy_text_as_information(result):
         assert out["greedy"]["summary"] in check["evidence"]  # shown, but not deciding
     else:
         assert check["status"] == "FAIL" and "gpu llama-perplexity run" in check["evidence"]
+
+
+def test_the_server_steps_read_the_run_so_far(result):
+    """The stack checks are left out here (they need the board), so the GPU checks are not all
+    PASS: the placement is measured but FAILs naming them, and the server would run on the
+    CPU; the serving step then runs the CPU server only (test_selftest_serving_real.py runs
+    both servers)."""
+    _, doc, _ = result
+    checks = _checks(doc)
+    assert list(checks)[-2:] == ["placement", "serving"]
+    place = doc["placement"]
+    assert checks["placement"]["status"] == "FAIL"
+    assert "gpu_driver" in checks["placement"]["evidence"] and place["chosen"] == "cpu"
+    assert place["modes"]["cpu"]["status"] == "PASS" and place["modes"]["cpu"]["tg_tps"] > 0
+    runs = {r["server"]: r for r in doc["serving"]["runs"]}
+    assert runs["gpu"]["status"] == "FAIL" and "serves on the CPU" in runs["gpu"]["reason"]
+    if (Path(BIN_DIR) / "llama-server").exists():
+        assert runs["cpu"]["status"] == "PASS" and runs["cpu"]["ttft_s"] > 0, runs["cpu"]
+    else:
+        assert runs["cpu"]["status"] == "FAIL" and "cannot start" in runs["cpu"]["reason"]
+    assert checks["serving"]["status"] == "FAIL"

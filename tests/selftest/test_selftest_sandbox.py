@@ -186,3 +186,15 @@ def test_run_needs_no_root_and_the_root_step_publishes(open_tmp):
     assert "rocky-selftest FAIL" in motd.read_text() and motd.read_text().startswith("Welcome\n")
     assert console.read_text().startswith("rocky-selftest FAIL")
     assert stamp.read_text().startswith("FAIL ")
+
+
+def test_only_the_selftest_unit_reaches_its_own_loopback_over_ipv4():
+    """The serving step talks HTTP to llama-server on 127.0.0.1: the self-test's unit allows IPv4
+    on localhost only, in its own network namespace; the tuner's unit keeps AF_UNIX only."""
+    s = settings(UNIT.read_text())
+    assert s["PrivateNetwork"] == ["yes"]
+    assert s["RestrictAddressFamilies"] == ["AF_UNIX AF_INET"]
+    assert s["IPAddressAllow"] == ["localhost"] and s["IPAddressDeny"] == ["any"]
+    tune = settings((LAYER_FILES / "rocky-selftest-tune.service").read_text())
+    assert tune["PrivateNetwork"] == ["yes"] and tune["RestrictAddressFamilies"] == ["AF_UNIX"]
+    assert "IPAddressAllow" not in tune and tune["IPAddressDeny"] == ["any"]

@@ -31,6 +31,9 @@ from tests.helpers.selftest import write_config
 pytestmark = pytest.mark.timeout(120)
 
 STACK = ["gpu_driver", "csf_firmware", "no_vendor_driver", "vulkan_device"]
+# The server steps start llama-server and run llama-bench in three modes: tests of their own
+# (test_selftest_serving*.py).
+SERVER_STEPS = ["placement", "serving"]
 GOOD_ENTRY = {
     "avg_ts": 123.5,
     "samples_ts": [123.5],
@@ -91,7 +94,7 @@ def config(tmp: Path, bin_dir: Path, results: Path, **kw) -> Path:
         sysroot=str(tmp / "noroot"),
         gpu_wait_s=0,
         sweep_modes=["tuned"],
-        skip_checks=[*STACK, "model_sha256", "ratio", "output_match"],
+        skip_checks=[*STACK, "model_sha256", "ratio", "output_match", *SERVER_STEPS],
     )
     values.update(kw)
     return write_config(tmp / "config.json", **values)
@@ -500,7 +503,7 @@ def test_a_check_that_raises_is_an_error_line_and_the_others_still_run(
     monkeypatch.setattr(sequence, "check_model", boom)
     bin_dir = printing(tmp_path, json.dumps([GOOD_ENTRY]))
     cfg = config(tmp_path, bin_dir, tmp_path / "results", skip_checks=[*STACK, "ratio",
-                 "output_match"])  # fmt: skip
+                 "output_match", *SERVER_STEPS])  # fmt: skip
     assert main(["--config", str(cfg), "run"]) == 3
     doc = strict_json((tmp_path / "results/result.json").read_text())
     status = {c["name"]: c for c in doc["checks"]}

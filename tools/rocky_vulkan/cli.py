@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "rocky_vulkan.llama.testmodel",
     "rocky_vulkan.host.model",
     "rocky_vulkan.host.report",
+    "rocky_vulkan.host.board",
     "rocky_vulkan.llama.sources",
     "rocky_vulkan.sim",
     "rocky_vulkan.tiles.cli",
@@ -35,14 +36,21 @@ panvk and llama.cpp's Vulkan backend. Everything comes from one config file, roc
 WORKFLOW = """\
 the usual order:
   rocky-vulkan doctor                 check this build host
-  rocky-vulkan model fetch            download the reference model (pins its sha256 if null)
-  rocky-vulkan render                 write meta-rocky-vulkan/ and kas/ from rocky-vulkan.yaml
-  rocky-vulkan build                  render, doctor, lint, then build the image with kas
+  rocky-vulkan build --fragment model-licence --ssh-key ~/.ssh/id_ed25519.pub
+                                      accept the model's licence (read it first, see
+                                      docs/user/build.md), add your SSH public key to
+                                      rocky-vulkan.yaml, then render, doctor, lint and build the
+                                      image with kas (it downloads the model itself, checked
+                                      against model.sha256)
   rocky-vulkan flash IMAGE DEVICE     write the image to a microSD card, verified
   (boot the board: a self-test runs once and writes /var/lib/rocky-selftest/result.json)
+  ssh rocky@rock-5-itx.local          log in with that key (`image.user`@`hostname`.local)
   rocky-vulkan report result.json     the board's numbers against the reference, and a verdict
+  rocky-vulkan board HOST             over SSH: the same report, the API's URL, TLS fingerprint, key
 
-After changing rocky-vulkan.yaml, run `rocky-vulkan render` and commit both.
+After changing rocky-vulkan.yaml, run `rocky-vulkan render` and commit both (build renders too).
+`rocky-vulkan model fetch` is only for a new model.url with `sha256: null`: it downloads the model
+once to pin its checksum (the build downloads it again into DL_DIR).
 `rocky-vulkan COMMAND --help` describes one command; docs/user/ has the walk-through."""
 
 

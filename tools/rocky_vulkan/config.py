@@ -89,6 +89,23 @@ class Model:
 
 
 @dataclass(frozen=True)
+class ExtraModel:
+    """An entry of models:, a GGUF model besides the reference one; serve.model may pick it."""
+
+    name: str
+    url: str
+    filename: str
+    sha256: str | None
+    license: str  # an SPDX id or a short name: the recipe's LICENSE
+    license_flags: str  # one OE LICENSE_FLAGS word, or "" (no acceptance needed)
+    homepage: str
+
+
+# serve.model's value for the model: section (the self-test's reference model).
+REFERENCE_MODEL = "reference"
+
+
+@dataclass(frozen=True)
 class Reference:
     stock_tps: float
     tuned_tps: float
@@ -111,6 +128,17 @@ class Selftest:
     # `rocky-selftest tune`: seconds of llama-bench time in all, and whether the first boot tunes
     tune_budget_s: int = 1200
     tune_at_first_boot: bool = False
+
+
+@dataclass(frozen=True)
+class Serve:
+    listen: str  # lan | localhost | off
+    port: int
+    model: str  # "reference" or a models: name
+    request_prompt_tokens: int
+    request_generated_tokens: int
+    context_tokens: int
+    parallel: int
 
 
 @dataclass(frozen=True)
@@ -137,7 +165,9 @@ class Config:
     llama_cpp: LlamaCpp
     model: Model
     selftest: Selftest
+    serve: Serve
     image: Image
+    models: tuple[ExtraModel, ...] = ()
 
     @property
     def root(self) -> Path:
@@ -147,6 +177,20 @@ class Config:
     def patch_paths(self, names: tuple[str, ...]) -> list[Path]:
         """Our patches (e.g. `cfg.llama_cpp.patches`) as files under the project's patches/."""
         return [self.root / PATCH_DIR_NAME / name for name in names]
+
+    @property
+    def served_model(self) -> ExtraModel | None:
+        """The models: entry serve.model names, or None when it is the reference model."""
+        for model in self.models:
+            if model.name == self.serve.model:
+                return model
+        return None
+
+    @property
+    def served_filename(self) -> str:
+        """The file name (in the board's model folder) of the model the server loads."""
+        served = self.served_model
+        return served.filename if served else self.model.filename
 
     def machine(self, name: str) -> Machine:
         for machine in self.machines:
@@ -205,6 +249,13 @@ class _UniqueKeyLoader(_BaseLoader):  # type: ignore[misc, valid-type]
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str) -> Any:
+    """The data in a config's text, with the limits and duplicate-key check of a config load
+    (ConfigError without the file name, or yaml.YAMLError)."""
+    _check_events(text)
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def _is_integer(checker: Any, instance: Any) -> bool:
@@ -339,6 +390,7 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
         problem = _ssh_key_problem(key)
         if problem:
             problems.append(f"image.ssh_authorized_keys[{i}]: {problem}")
+    problems += _model_problems(data)
     patch_dir = source.parent / PATCH_DIR_NAME
     for section in ("mesa", "llama_cpp"):
         for i, patch in enumerate(data[section]["patches"]):
@@ -351,6 +403,41 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
         raise ConfigError(f"{source}: invalid config:\n  " + "\n  ".join(problems))
 
 
+def _model_problems(data: dict[str, Any]) -> list[str]:
+    """models: names unique and not `reference`, one file each (they share one folder on the
+    board), and serve.model naming one of them or the reference model."""
+    problems = []
+    models = data.get("models", [])
+    names = [m["name"] for m in models]
+    files = {data["model"]["filename"]: "model.filename"}
+    for i, model in enumerate(models):
+        where = f"models[{i}]"
+        if model["name"] == REFERENCE_MODEL:
+            problems.append(
+                f"{where}.name: {REFERENCE_MODEL!r} is the model: section's name in serve.model; "
+                "pick another name"
+            )
+        elif names.index(model["name"]) != i:
+            problems.append(
+                f"{where}.name: {model['name']!r} is also models[{names.index(model['name'])}]"
+                "'s name; give each model its own name"
+            )
+        if model["filename"] in files:
+            problems.append(
+                f"{where}.filename: {model['filename']!r} is also {files[model['filename']]}; "
+                "the models share one folder on the board, so give each its own file name"
+            )
+        files.setdefault(model["filename"], f"{where}.filename")
+    served = data["serve"]["model"]
+    if served != REFERENCE_MODEL and served not in names:
+        others = f" or a models[].name ({', '.join(names)})" if names else ""
+        problems.append(
+            f"serve.model: {served!r} is not a model of this config; use {REFERENCE_MODEL} "
+            f"(the model: section){others}, or add an entry named {served!r} under models:"
+        )
+    return problems
+
+
 # How many length-prefixed fields each key type's blob holds (RFC 4253, 5656, 8709; PROTOCOL.u2f).
 _SSH_KEY_FIELDS = {
     "ssh-ed25519": 2,
@@ -361,6 +448,15 @@ _SSH_KEY_FIELDS = {
     "sk-ssh-ed25519@openssh.com": 3,
     "sk-ecdsa-sha2-nistp256@openssh.com": 4,
 }
+
+
+def ssh_authorized_key_problem(line: str) -> str | None:
+    """Why `line` cannot go into image.ssh_authorized_keys, or None: the schema's exact pattern
+    for that field, then the key data itself (the same checks as a config load)."""
+    item = _schema()["properties"]["image"]["properties"]["ssh_authorized_keys"]["items"]
+    if next(_Validator(item).iter_errors(line), None) is not None:
+        return f"expected {item['expected']}"
+    return _ssh_key_problem(line)
 
 
 def _ssh_key_problem(line: str) -> str | None:
@@ -418,12 +514,14 @@ def _build(data: dict[str, Any], source: Path) -> Config:
             tune_budget_s=st["tune_budget_s"],
             tune_at_first_boot=st["tune_at_first_boot"],
         ),
+        serve=Serve(**data["serve"]),
         image=Image(
             user=data["image"]["user"],
             ssh_authorized_keys=tuple(data["image"]["ssh_authorized_keys"]),
             extra_packages=tuple(data["image"]["extra_packages"]),
             password_hash=data["image"].get("password_hash"),
         ),
+        models=tuple(ExtraModel(**m) for m in data.get("models", [])),
     )
 
 
@@ -444,8 +542,7 @@ def load_config(path: str | Path) -> Config:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{source}: cannot read config: {err}") from None
     try:
-        _check_events(text)
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = parse_yaml(text)
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
     except yaml.YAMLError as err:

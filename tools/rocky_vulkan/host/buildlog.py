@@ -44,10 +44,18 @@ class _Rule:
     pattern: re.Pattern[str]
     cause: str
     fix: str
+    fallback: bool = False  # only when no other rule matched
 
 
-def _rule(key: str, pattern: str, cause: str, fix: str) -> _Rule:
-    return _Rule(key, re.compile(pattern), cause, fix)
+def _rule(key: str, pattern: str, cause: str, fix: str, fallback: bool = False) -> _Rule:
+    return _Rule(key, re.compile(pattern), cause, fix, fallback)
+
+
+OFFLINE = (
+    "to build without network: `rocky-vulkan build --fragment offline` (plain kas: "
+    ":kas/offline.yml), which needs every source in DL_DIR and the layer repos already cloned "
+    "in the checkout or reachable through KAS_PREMIRRORS (docs/user/build.md, 'Building offline')"
+)
 
 
 RULES = (
@@ -77,22 +85,21 @@ RULES = (
         r"(?:Could not resolve host|Failed to connect to|Connection timed out|"
         r"Network is unreachable|Temporary failure in name resolution): ?(?P<host>\S*)",
         "the network is down or blocked while kas/bitbake fetched sources ({host})",
-        "check the connection and proxy (http_proxy/https_proxy are passed through); to build "
-        "without network from a filled DL_DIR add :kas/offline.yml",
+        "check the connection and proxy (http_proxy/https_proxy are passed through); " + OFFLINE,
     ),
     _rule(
         "network-fetch",
         r"Unable to fetch URL from any source|Fetcher failure for URL: '(?P<url>[^']+)'",
         "bitbake could not download a source ({url})",
-        "check the network/proxy; if a mirror is gone, put the file in DL_DIR by hand; "
-        "offline builds need every source in DL_DIR already (:kas/offline.yml)",
+        "check the network/proxy; if a mirror is gone, put the file in DL_DIR by hand; " + OFFLINE,
     ),
     _rule(
         "no-network-allowed",
         r"Network access disabled through BB_NO_NETWORK",
-        "an offline build (kas/offline.yml) needed a source that is not in DL_DIR",
-        "build once with the network (drop :kas/offline.yml) or copy DL_DIR from a host "
-        "that has it",
+        "an offline build (--fragment offline, kas/offline.yml) needed a source that is not "
+        "in DL_DIR",
+        "build once with the network (without --fragment offline / :kas/offline.yml) to fill "
+        "DL_DIR, or copy DL_DIR from a host that has it",
     ),
     _rule(
         "root",
@@ -119,6 +126,50 @@ RULES = (
         "free space (100 GB for a first build) or move KAS_BUILD_DIR/SSTATE_DIR to a bigger disk; "
         "rm_work is already on",
     ),
+    # kas-container and its engines (kas-container 5.5's fatal_error texts; docker's and
+    # podman's own messages when the engine does not answer).
+    _rule(
+        "container-root",
+        r"Running as root - may break certain recipes",
+        "kas-container refuses to run as root",
+        "build as a normal user who may use docker (`sudo usermod -aG docker USER`, then log in "
+        "again) or podman; or `export KAS_ALLOW_ROOT=yes` to override",
+    ),
+    _rule(
+        "docker-down",
+        r"Cannot connect to the Docker daemon(?: at (?P<where>[^ ]+?))?\.? Is the docker daemon",
+        "docker's daemon is not running ({where})",
+        "start it: `sudo systemctl enable --now docker`; `docker info` must answer "
+        "(`rocky-vulkan doctor --container` checks it)",
+    ),
+    _rule(
+        "docker-permission",
+        r"permission denied while trying to connect to the (?:Docker daemon|docker API)",
+        "this user may not use docker's socket",
+        "`sudo usermod -aG docker $USER`, then log out and in; or rootless podman "
+        "(export KAS_CONTAINER_ENGINE=podman)",
+    ),
+    _rule(
+        "podman-down",
+        r"Cannot connect to Podman",
+        "podman cannot reach its service",
+        "`podman info` must answer: `podman system connection list`; on a VM "
+        "`podman machine start`",
+    ),
+    _rule(
+        "no-engine",
+        r"no container engine found, need docker or podman",
+        "kas-container found neither docker nor podman",
+        "sudo apt-get install podman (or docker.io)",
+    ),
+    _rule(
+        "kas-container",
+        r"kas-container: Error: (?P<message>.+)",
+        "kas-container stopped: {message}",
+        "do what it says; `rocky-vulkan doctor --container` checks root, the engine and "
+        "kas-container before a build",
+        fallback=True,
+    ),
 )
 
 
@@ -126,6 +177,8 @@ def diagnose(lines: list[str]) -> list[Diagnosis]:
     """Every known failure found in the output, once each, in the order of RULES."""
     found: dict[str, Diagnosis] = {}
     for rule in RULES:
+        if rule.fallback and found:
+            continue
         for line in lines:
             match = rule.pattern.search(line)
             if match:

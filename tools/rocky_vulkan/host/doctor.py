@@ -26,6 +26,9 @@ MEM_PER_JOB_BYTES = 2 * GIB  # LLVM/clang links use ~2 GB per parallel job
 CPUS_WARN = 4
 
 KAS_VERSION = "5.5"
+# kas-container's engines, and how long `ENGINE info` may take to answer.
+CONTAINER_ENGINES = ("docker", "podman")
+ENGINE_TIMEOUT_S = 30
 
 # Executable -> Debian/Ubuntu package, from the Yocto system requirements (wrynose) and
 # oe-core's HOSTTOOLS/SANITY_REQUIRED_UTILITIES.
@@ -105,7 +108,10 @@ class HostFacts:
     kas: str | None = None
     kas_version: str | None = None
     kas_container: str | None = None
-    container_engine: str | None = None
+    container_engine: str | None = None  # the engine kas-container would pick: its path
+    container_engine_name: str | None = None  # docker, podman (or KAS_CONTAINER_ENGINE's value)
+    engine_error: str | None = None  # `ENGINE info` failed: its telling line; None: it answered
+    kas_allow_root: bool = False  # KAS_ALLOW_ROOT=yes: kas-container then runs as root
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:
@@ -150,9 +156,59 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def gather_facts(build_dir: Path, path_env: str | None = None) -> HostFacts:
-    """Look at the real host: tools on `path_env` (default $PATH), disk under `build_dir`."""
-    path_env = os.environ.get("PATH", "") if path_env is None else path_env
+def pick_engine(path_env: str, environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(name, path) of the engine kas-container 5.5 would use: KAS_CONTAINER_ENGINE (or the older
+    KAS_DOCKER_ENGINE), else docker when `docker -v` says Docker (podman's docker shim does not),
+    else podman."""
+    name = environ.get("KAS_CONTAINER_ENGINE") or environ.get("KAS_DOCKER_ENGINE")
+    if name:
+        return name, shutil.which(name, path=path_env)
+    docker = shutil.which("docker", path=path_env)
+    if docker:
+        try:
+            said = subprocess.run([docker, "-v"], capture_output=True, text=True, timeout=30)
+            if said.stdout.startswith("Docker"):
+                return "docker", docker
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    podman = shutil.which("podman", path=path_env)
+    return ("podman", podman) if podman else (None, None)
+
+
+def engine_problem(engine: str, path_env: str) -> str | None:
+    """None when `ENGINE info` answers (the engine runs and this user may use it), else the line
+    of its output that says why."""
+    try:
+        proc = subprocess.run(
+            [engine, "info"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=ENGINE_TIMEOUT_S,
+            env={**os.environ, "PATH": path_env},
+        )
+    except subprocess.TimeoutExpired:
+        return f"`{Path(engine).name} info` did not answer within {ENGINE_TIMEOUT_S} s"
+    except OSError as err:
+        return f"`{Path(engine).name} info` could not run: {err.strerror}"
+    if proc.returncode == 0:
+        return None
+    lines = [x.strip() for x in (proc.stderr + "\n" + proc.stdout).splitlines() if x.strip()]
+    telling = [x for x in lines if re.search(r"(?i)cannot connect|permission denied|error", x)]
+    line = (telling or lines or [f"exit {proc.returncode}, no output"])[0]
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def gather_facts(
+    build_dir: Path,
+    path_env: str | None = None,
+    container: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> HostFacts:
+    """Look at the real host: tools on `path_env` (default $PATH), disk under `build_dir`; for a
+    container build also whether the container engine answers."""
+    environ = os.environ if environ is None else environ
+    path_env = environ.get("PATH", "") if path_env is None else path_env
     # The CLI's own venv (where `pip install -e .[dev]` put kas) counts, activated or not.
     venv_bin = str(Path(sys.executable).parent)
     tools = {name: shutil.which(name, path=path_env) for name in HOST_TOOLS}
@@ -175,7 +231,8 @@ def gather_facts(build_dir: Path, path_env: str | None = None) -> HostFacts:
     if kas:
         kas_version = _version_of(kas, ["--version"])
     disk = _existing_parent(build_dir)
-    engine = shutil.which("docker", path=path_env) or shutil.which("podman", path=path_env)
+    engine_name, engine = pick_engine(path_env, environ)
+    engine_error = engine_problem(engine, path_env) if container and engine else None
     return HostFacts(
         uid=os.getuid(),
         disk_path=str(disk),
@@ -188,8 +245,12 @@ def gather_facts(build_dir: Path, path_env: str | None = None) -> HostFacts:
         userns_ok=userns_ok,
         kas=kas,
         kas_version=kas_version,
-        kas_container=shutil.which("kas-container", path=path_env),
+        kas_container=shutil.which("kas-container", path=path_env)
+        or shutil.which("kas-container", path=venv_bin),
         container_engine=engine,
+        container_engine_name=engine_name,
+        engine_error=engine_error,
+        kas_allow_root=environ.get("KAS_ALLOW_ROOT") == "yes",
     )
 
 
@@ -200,8 +261,23 @@ def _gb(n: int) -> str:
 def check_user(f: HostFacts, container: bool) -> Finding:
     if f.uid != 0:
         return Finding("user", PASS, f"running as uid {f.uid}")
+    if container and f.kas_allow_root:
+        return Finding(
+            "user",
+            WARN,
+            "running as root with KAS_ALLOW_ROOT=yes; kas-container warns this may break some "
+            "recipes",
+            "build as a normal user who may use the container engine",
+        )
     if container:
-        return Finding("user", WARN, "running as root; kas-container builds as its own user")
+        return Finding(
+            "user",
+            FAIL,
+            "running as root: kas-container refuses ('Running as root - may break certain "
+            "recipes') unless KAS_ALLOW_ROOT=yes",
+            "build as a normal user who may use docker (`sudo usermod -aG docker USER`, then log "
+            "in again) or podman; or `export KAS_ALLOW_ROOT=yes` to override",
+        )
     return Finding(
         "user",
         FAIL,
@@ -320,14 +396,7 @@ def check_kas(f: HostFacts, container: bool) -> Finding:
                 "pip install kas==5.5 (it ships kas-container), or download it from the kas "
                 "release, and put it on PATH",
             )
-        if not f.container_engine:
-            return Finding(
-                "kas-container",
-                FAIL,
-                "neither docker nor podman is on PATH",
-                "sudo apt-get install podman (or docker.io)",
-            )
-        return Finding("kas-container", PASS, f"{f.kas_container} with {f.container_engine}")
+        return Finding("kas-container", PASS, f.kas_container)
     if not f.kas:
         alt = " (kas-container is installed: add --container)" if f.kas_container else ""
         return Finding(
@@ -347,6 +416,46 @@ def check_kas(f: HostFacts, container: bool) -> Finding:
     return Finding("kas", PASS, f"kas {version} at {f.kas}")
 
 
+def check_engine(f: HostFacts) -> Finding:
+    """The container engine kas-container will use: present, known, and answering."""
+    name = f.container_engine_name
+    if name and name not in CONTAINER_ENGINES:
+        return Finding(
+            "container engine",
+            FAIL,
+            f"KAS_CONTAINER_ENGINE={name}: kas-container knows only docker and podman",
+            "unset KAS_CONTAINER_ENGINE, or set it to docker or podman",
+        )
+    if not f.container_engine:
+        what = f"{name} (KAS_CONTAINER_ENGINE) is not on PATH" if name else None
+        return Finding(
+            "container engine",
+            FAIL,
+            what or "neither docker nor podman is on PATH",
+            "sudo apt-get install podman (or docker.io)",
+        )
+    if f.engine_error is None:
+        return Finding("container engine", PASS, f"{f.container_engine} answers `{name} info`")
+    said = f"{f.container_engine} does not work: {f.engine_error}"
+    if "permission denied" in f.engine_error.lower():
+        fix = (
+            f"let this user use {name}: `sudo usermod -aG docker $USER`, then log out and in; "
+            "or use rootless podman (export KAS_CONTAINER_ENGINE=podman)"
+            if name == "docker"
+            else f"make `{name} info` work for this user (rootless podman: `podman system migrate`)"
+        )
+    elif name == "docker":
+        fix = (
+            "start the docker daemon: `sudo systemctl enable --now docker` (or, without "
+            "systemd, `sudo service docker start`); `docker info` must then answer"
+        )
+    else:
+        fix = (
+            f"fix what `{name} info` says until it answers (podman on a VM: `podman machine start`)"
+        )
+    return Finding("container engine", FAIL, said, fix)
+
+
 def judge(f: HostFacts, container: bool = False) -> list[Finding]:
     """Every check's finding; inside kas-container only the outer host's checks apply."""
     findings = [check_user(f, container), check_disk(f), check_memory(f)]
@@ -356,6 +465,8 @@ def judge(f: HostFacts, container: bool = False) -> list[Finding]:
         findings.append(check_locale(f))
         findings.append(check_userns(f))
     findings.append(check_kas(f, container))
+    if container:
+        findings.append(check_engine(f))
     return findings
 
 
@@ -381,7 +492,7 @@ def print_findings(findings: list[Finding]) -> None:
 def run_doctor(root: Path, container: bool = False, quiet_pass: bool = False) -> bool:
     """Check this host for a build under `root`; print the table; True when nothing blocks."""
     build_dir = Path(os.environ.get("KAS_BUILD_DIR") or root / "build")
-    findings = judge(gather_facts(build_dir), container=container)
+    findings = judge(gather_facts(build_dir, container=container), container=container)
     if not (quiet_pass and not [x for x in findings if x.status != PASS]):
         print_findings(findings)
     return not has_blocker(findings)

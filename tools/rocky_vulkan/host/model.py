@@ -1,6 +1,7 @@
-"""`rocky-vulkan model fetch`: download the reference model, resumable and verified by sha256,
-and pin the checksum into rocky-vulkan.yaml on the first download when it is still null (only
-after the file proved to be a GGUF model, so a login page is never pinned)."""
+"""`rocky-vulkan model fetch [NAME...]`: download the reference model and the models of
+models:, resumable and verified by sha256, and pin the checksum into rocky-vulkan.yaml on the
+first download when it is still null (only after the file proved to be a GGUF model, so a login
+page is never pinned)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ import struct
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 import urllib3
+import yaml
 
-from rocky_vulkan.config import load_config
+from rocky_vulkan.config import REFERENCE_MODEL, Config, load_config
 from rocky_vulkan.errors import UserError
 
 CHUNK = 1 << 20
@@ -124,8 +127,10 @@ def _attempt(
     timeout: tuple[float, float],
     clock: _Clock,
     bar,
+    field: str = "model",
 ) -> None:
-    """One GET from where the .part file ends; returns when the body ended cleanly."""
+    """One GET from where the .part file ends; returns when the body ended cleanly. `field`:
+    the config section the URL comes from, for messages."""
     left = clock.left()
     if left <= 0:
         raise _OutOfTime
@@ -141,7 +146,7 @@ def _attempt(
             return
         if resp.status_code in PERMANENT:
             raise DownloadError(
-                f"{url}: HTTP {resp.status_code} {resp.reason}; check model.url in "
+                f"{url}: HTTP {resp.status_code} {resp.reason}; check {field}.url in "
                 "rocky-vulkan.yaml (and access to the file)"
             )
         resp.raise_for_status()
@@ -222,6 +227,7 @@ def download(
     stall_s: float = DEFAULT_STALL_S,
     progress: bool = True,
     session: requests.Session | None = None,
+    field: str = "model",
 ) -> Path:
     """Download `url` into `dest`.part, resuming what is there; return the .part path.
 
@@ -237,7 +243,7 @@ def download(
         for attempt in range(retries + 1):
             attempts = attempt + 1
             try:
-                _attempt(session, url, part, timeout, clock, bar)
+                _attempt(session, url, part, timeout, clock, bar, field)
                 return part
             except DownloadError:
                 raise
@@ -264,7 +270,7 @@ def download(
     kept = (
         f"{have} bytes kept in {part}: run the command again to resume"
         if have
-        else "nothing was downloaded: check the network and model.url, then run it again"
+        else f"nothing was downloaded: check the network and {field}.url, then run it again"
     )
     raise DownloadError(
         f"{url}: download failed after {attempts} attempt{'s' if attempts > 1 else ''} "
@@ -300,40 +306,84 @@ def check_gguf(path: Path) -> None:
         raise DownloadError(f"the download is not a GGUF model: {problem}")
 
 
-def pin_sha256(config_path: Path, sha256: str) -> None:
-    """Replace `sha256: null` in the model: block, touching only that line."""
-    lines = config_path.read_text(encoding="utf-8").splitlines(keepends=True)
-    in_model, hit = False, None
-    for i, line in enumerate(lines):
-        if re.match(r"^\S", line):
-            in_model = line.startswith("model:")
+@dataclass(frozen=True)
+class Wanted:
+    """One model to fetch: its serve.model name, where it is in the config, and its pins."""
+
+    name: str
+    field: str  # "model" or "models[i]", as messages name it
+    url: str
+    filename: str
+    sha256: str | None
+
+
+def wanted(cfg: Config, name: str) -> Wanted:
+    """The model `name` (`reference` or a models: entry) of the config, or a UserError."""
+    if name == REFERENCE_MODEL:
+        m = cfg.model
+        return Wanted(name, "model", m.url, m.filename, m.sha256)
+    for i, m in enumerate(cfg.models):
+        if m.name == name:
+            return Wanted(name, f"models[{i}]", m.url, m.filename, m.sha256)
+    names = ", ".join([REFERENCE_MODEL, *(m.name for m in cfg.models)])
+    raise UserError(f"{cfg.path.name}: no model named {name!r}; the models: {names}")
+
+
+def _sha256_node(root: yaml.Node, field: str, name: str) -> yaml.Node | None:
+    """The value node of `sha256` in the model: section (field 'model') or in the models:
+    entry named `name`."""
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    section = next((v for k, v in root.value if k.value == field.split("[")[0]), None)
+    entries = [section] if field == "model" else getattr(section, "value", [])
+    for entry in entries:
+        if not isinstance(entry, yaml.MappingNode):
             continue
-        if in_model and re.match(r"^\s+sha256:\s*null\s*(#.*)?$", line.rstrip("\n")):
-            hit = i
-            break
-    if hit is None:
+        keys = {k.value: v for k, v in entry.value}
+        if field != "model" and getattr(keys.get("name"), "value", None) != name:
+            continue
+        return keys.get("sha256")
+    return None
+
+
+def pin_sha256(config_path: Path, sha256: str, name: str = REFERENCE_MODEL) -> None:
+    """Replace the `null` of the model's sha256 (model:, or the models: entry `name`) with
+    `sha256`, touching nothing else in the file."""
+    text = config_path.read_text(encoding="utf-8")
+    field = wanted(load_config(config_path), name).field
+    where = "model:" if field == "model" else f"models: entry {name!r}"
+    node = _sha256_node(yaml.compose(text, Loader=yaml.SafeLoader), field, name)
+    if not (
+        isinstance(node, yaml.ScalarNode)
+        and node.tag == "tag:yaml.org,2002:null"
+        and node.value in ("null", "Null", "NULL", "~")
+    ):
         raise UserError(
-            f"{config_path}: no `sha256: null` line under model:; "
-            f"set model.sha256 to {sha256} by hand"
+            f"{config_path}: no `sha256: null` line under {where}; "
+            f"set {field}.sha256 to {sha256} by hand"
         )
-    lines[hit] = re.sub(r"null", sha256, lines[hit], count=1)
+    text = text[: node.start_mark.index] + sha256 + text[node.end_mark.index :]
     fd, tmp = tempfile.mkstemp(prefix=".rocky-vulkan.", dir=config_path.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.writelines(lines)
+        fh.write(text)
     os.chmod(tmp, config_path.stat().st_mode & 0o777)
     os.replace(tmp, config_path)
-    if load_config(config_path).model.sha256 != sha256:  # the edit must read back
-        raise UserError(f"{config_path}: pinning model.sha256 did not read back; check the file")
+    if wanted(load_config(config_path), name).sha256 != sha256:  # the edit must read back
+        raise UserError(f"{config_path}: pinning {field}.sha256 did not read back; check the file")
 
 
-def fetch_model(config_path: Path, dest_dir: Path, **kwargs) -> tuple[Path, str, bool]:
-    """Fetch the configured model into dest_dir; return (path, sha256, pinned_now)."""
-    cfg = load_config(config_path)
-    dest = dest_dir / cfg.model.filename
-    expected = cfg.model.sha256
+def fetch_model(
+    config_path: Path, dest_dir: Path, name: str = REFERENCE_MODEL, **kwargs
+) -> tuple[Path, str, bool]:
+    """Fetch the model `name` (`reference`: the model: section, else an entry of models:) into
+    dest_dir; return (path, sha256, pinned_now)."""
+    model = wanted(load_config(config_path), name)
+    dest = dest_dir / model.filename
+    expected = model.sha256
+    again = "`rocky-vulkan model fetch" + ("`" if name == REFERENCE_MODEL else f" {name}`")
     if expected and dest.is_file() and sha256_of(dest) == expected:
         return dest, expected, False
-    part = download(cfg.model.url, dest, **kwargs)
+    part = download(model.url, dest, field=model.field, **kwargs)
     if not expected:
         # Nothing to compare with: before this checksum becomes the pin, the file must at least
         # be a model. A refused download is moved aside, so it is neither pinned nor resumed.
@@ -343,10 +393,10 @@ def fetch_model(config_path: Path, dest_dir: Path, **kwargs) -> tuple[Path, str,
             bad = dest.with_name(dest.name + ".not-gguf")
             os.replace(part, bad)
             raise DownloadError(
-                f"{cfg.model.url}: {err}. Nothing was pinned and nothing was written to {dest}; "
-                f"the download is in {bad} to look at. Check model.url in {config_path.name} "
-                "(a direct download link, reachable without a login), then run "
-                "`rocky-vulkan model fetch` again."
+                f"{model.url}: {err}. Nothing was pinned and nothing was written to {dest}; "
+                f"the download is in {bad} to look at. Check {model.field}.url in "
+                f"{config_path.name} (a direct download link, reachable without a login), then "
+                f"run {again} again."
             ) from None
     actual = sha256_of(part)
     if expected and actual != expected:
@@ -354,17 +404,29 @@ def fetch_model(config_path: Path, dest_dir: Path, **kwargs) -> tuple[Path, str,
         os.replace(part, bad)
         kept = f"; {dest} was left as it was" if dest.exists() else ""
         raise UserError(
-            f"{cfg.model.url}: downloaded file has sha256 {actual}, but model.sha256 in "
+            f"{model.url}: downloaded file has sha256 {actual}, but {model.field}.sha256 in "
             f"{config_path.name} is {expected}. Nothing was replaced{kept}; the download is in "
             f"{bad}. If upstream replaced the file on purpose, check where the new one comes "
-            "from, then set model.sha256 to the new value and run `rocky-vulkan render`; "
-            f"otherwise delete {bad} and run `rocky-vulkan model fetch` again."
+            f"from, then set {model.field}.sha256 to the new value and run `rocky-vulkan "
+            f"render`; otherwise delete {bad} and run {again} again."
         )
     os.replace(part, dest)
     if not expected:
-        pin_sha256(config_path, actual)
+        pin_sha256(config_path, actual, name)
         return dest, actual, True
     return dest, actual, False
+
+
+def names_to_fetch(cfg: Config, names: list[str], every: bool) -> list[str]:
+    """The models one `model fetch` gets: those named; with --all every model; with neither
+    what the image installs (the reference model and the one serve.model names)."""
+    if every:
+        return [REFERENCE_MODEL, *(m.name for m in cfg.models)]
+    if names:
+        for name in names:
+            wanted(cfg, name)  # an unknown name fails before anything is downloaded
+        return list(dict.fromkeys(names))
+    return list(dict.fromkeys([REFERENCE_MODEL, cfg.serve.model]))
 
 
 def _seconds(text: str) -> float:
@@ -395,32 +457,55 @@ def _count(text: str) -> int:
 
 def _run_fetch(args: argparse.Namespace) -> int:
     config_path = Path(args.config).resolve()
-    dest_dir = Path(args.dest) if args.dest else load_config(config_path).root / DEFAULT_DEST
-    path, sha, pinned = fetch_model(
-        config_path,
-        dest_dir,
-        retries=args.retries,
-        backoff_s=args.retry_wait,
-        timeout=(args.connect_timeout, args.read_timeout),
-        max_time_s=args.max_time,
-        stall_s=args.stall_time,
-        progress=sys.stderr.isatty() and not args.no_progress,
-    )
-    print(f"{path}: sha256 {sha} verified")
-    if pinned:
-        print(
-            f"pinned model.sha256 in {config_path.name} (it was null); "
-            "now run `rocky-vulkan render` and commit both"
+    cfg = load_config(config_path)
+    if args.names and args.all:
+        raise UserError("give model names or --all, not both")
+    dest_dir = Path(args.dest) if args.dest else cfg.root / DEFAULT_DEST
+    pinned_any = False
+    for name in names_to_fetch(cfg, args.names, args.all):
+        path, sha, pinned = fetch_model(
+            config_path,
+            dest_dir,
+            name,
+            retries=args.retries,
+            backoff_s=args.retry_wait,
+            timeout=(args.connect_timeout, args.read_timeout),
+            max_time_s=args.max_time,
+            stall_s=args.stall_time,
+            progress=sys.stderr.isatty() and not args.no_progress,
         )
+        print(f"{path}: sha256 {sha} verified")
+        if pinned:
+            field = wanted(load_config(config_path), name).field
+            print(f"pinned {field}.sha256 in {config_path.name} (it was null)")
+            pinned_any = True
+    if pinned_any:
+        print("now run `rocky-vulkan render` and commit both")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("model", help="the reference model: fetch and verify")
+    parser = sub.add_parser(
+        "model", help="the models: pin a new url's sha256 (the build fetches them)"
+    )
     model_sub = parser.add_subparsers(dest="model_command", required=True)
     fetch = model_sub.add_parser(
-        "fetch", help="download model.url (resumable), verify or pin its sha256"
+        "fetch",
+        help="download models (resumable), pin their sha256 when null, or verify a local copy",
+        description="Download a model (resumable) into build/models/. Needed only when its "
+        "sha256 is null (a new url): the file is checked to be a GGUF model and its sha256 is "
+        "written into rocky-vulkan.yaml. With a pinned sha256 it only verifies a local copy: "
+        "the image build downloads the models itself. By default: the reference model and "
+        "the one serve.model names.",
     )
+    fetch.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="reference (the model: section) or a models: name; default: reference and "
+        "serve.model (what the image installs)",
+    )
+    fetch.add_argument("--all", action="store_true", help="every model of the config")
     fetch.add_argument("--dest", help=f"folder for the model (default: {DEFAULT_DEST}/)")
     fetch.add_argument("--retries", type=_count, default=5, help="retries after the first try")
     fetch.add_argument(

@@ -1,5 +1,7 @@
 """`rocky-vulkan report RESULT.json`: the board's self-test result beside the reference numbers,
-as a table, a PNG plot of t/s against ub, and one verdict."""
+as a table, a PNG plot of t/s against ub, and one verdict. With the server's sections (placement:
+GPU / CPU / hybrid for a typical request; serving: the GPU server against the CPU server) also
+their rows and a second PNG (`-serving.png`)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,42 @@ from pathlib import Path
 from typing import Any
 
 from rocky_vulkan.config import Reference, load_config
-from rocky_vulkan.host.result_doc import MODES, ResultError, checked, load_result
+from rocky_vulkan.host.result_doc import (
+    MODES,
+    PLACEMENT_MODES,
+    ResultError,
+    checked,
+    load_result,
+    serving_pairs,
+)
 
-__all__ = ["ResultError", "load_result", "plot", "sweep_series", "table_rows"]
+__all__ = [
+    "ResultError",
+    "load_result",
+    "placement_rows",
+    "plot",
+    "plot_serving",
+    "serving_rows",
+    "show",
+    "sweep_series",
+    "table_rows",
+]
 
 LABELS = {"tuned": "GPU tuned tiles", "stock": "GPU stock tiles", "cpu": "CPU (-dev none)"}
 COLOURS = {"tuned": "tab:green", "stock": "tab:orange", "cpu": "tab:blue"}
-STATUS_STYLES = {"PASS": "green", "FAIL": "red", "ERROR": "red", "SKIP": "yellow", "BAD": "red"}
+SERVER_COLOURS = {"gpu": "tab:green", "cpu": "tab:blue", "hybrid": "tab:purple"}
+STATUS_STYLES = {
+    "PASS": "green",
+    "FAIL": "red",
+    "ERROR": "red",
+    "SKIP": "yellow",
+    "BAD": "red",
+    "met": "green",
+    "NOT met": "red",
+    "not judged": "yellow",
+}
+ABSENT = "—"
+MAX_BAD_ROWS = 50  # a file with thousands of broken fields gets a table of readable length
 # Failure reasons listed under the plot: at most this many lines, each at most this wide.
 MAX_REASON_LINES = 8
 REASON_WIDTH = 110
@@ -98,6 +129,8 @@ def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str,
     )
     for name in (
         "output_match",
+        "placement",
+        "serving",
         "gpu_driver",
         "csf_firmware",
         "no_vendor_driver",
@@ -106,8 +139,97 @@ def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str,
     ):
         if name in checks:
             rows.append((name, checks[name]["evidence"], "", checks[name]["status"]))
-    for problem in doc.get("problems", []):
+    rows += placement_rows(doc) + serving_rows(doc)
+    problems = doc.get("problems", [])
+    for problem in problems[:MAX_BAD_ROWS]:
         rows.append(("malformed", problem, "", "BAD"))
+    if len(problems) > MAX_BAD_ROWS:
+        more = len(problems) - MAX_BAD_ROWS
+        rows.append(("malformed", f"... and {more} more malformed fields", "", "BAD"))
+    return rows
+
+
+def _secs(value: float | None) -> str:
+    return ABSENT if value is None else f"{value:.2f} s"
+
+
+def _absent_or_malformed(section: dict[str, Any] | None, what: str) -> list[tuple[str, ...]]:
+    if section is None:
+        return [(what, "not in this result (a self-test without it)", "", ABSENT)]
+    if section["state"] != "ok":
+        return [(what, "malformed: the fields are named in the BAD rows below", "", "BAD")]
+    return []
+
+
+def placement_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Per mode (GPU, CPU, hybrid): prefill, decode, the typical request's time; the choice."""
+    doc = checked(doc)
+    section = doc.get("placement")
+    rows = _absent_or_malformed(section, "placement (where the server runs)")
+    if section is None:
+        return rows
+    req = section["request"]
+    p, g = req.get("prompt_tokens"), req.get("generated_tokens")
+    request = f"{p} + {g} tokens" if p and g else "request size not given"
+    for mode in PLACEMENT_MODES:
+        entry = section["modes"].get(mode)
+        if entry is None:
+            rows.append((f"placement {mode}", "not measured", request, ABSENT))
+            continue
+        board = (
+            f"pp {_fmt(entry['pp_tps'])}, tg {_fmt(entry['tg_tps'])}, "
+            f"request {_secs(entry['request_s'])}"
+        )
+        if entry["status"] != "PASS" and entry["reason"]:
+            board += f" ({entry['reason']})"
+        rows.append((f"placement {mode}", board, request, entry["status"]))
+    chosen = section["chosen"]
+    board = chosen or "none given"
+    if section["reason"]:
+        board += f": {section['reason']}"
+    rows.append(("placement chosen", board, "the least request time", ABSENT))
+    return rows
+
+
+def serving_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The GPU server against the CPU server at each prompt size, then the goal."""
+    doc = checked(doc)
+    section = doc.get("serving")
+    rows = _absent_or_malformed(section, "serving (GPU vs CPU server)")
+    if section is None:
+        return rows
+    goal = section["goal"]
+    ttft_max, decode_min = goal["ttft_ratio_max"], goal["decode_ratio_min"]
+    ttft_goal = f"GPU <= {ttft_max:.2f}x CPU" if ttft_max is not None else "goal not given"
+    decode_goal = f"GPU >= {decode_min:.2f}x CPU" if decode_min is not None else "goal not given"
+    for size, pair in serving_pairs(section["runs"]).items():
+        gpu, cpu = pair.get("gpu"), pair.get("cpu")
+        both = gpu is not None and cpu is not None
+        status = "PASS" if both and gpu["status"] == cpu["status"] == "PASS" else "FAIL"
+        for key, label, fmt, goal_text in (
+            ("ttft_s", "TTFT", _secs, ttft_goal),
+            ("decode_tps", "decode", _fmt, decode_goal),
+        ):
+            cells = []
+            for name, run in (("GPU", gpu), ("CPU", cpu)):
+                if run is None:
+                    cells.append(f"{name} not run")
+                elif run["status"] != "PASS":
+                    cells.append(f"{name} FAIL" + (f" ({run['reason']})" if run["reason"] else ""))
+                else:
+                    cells.append(f"{name} {fmt(run[key])}")
+            board = " / ".join(cells)
+            if status == "PASS":
+                board += f" = {gpu[key] / cpu[key]:.2f}x"
+            rows.append((f"serving p{size} {label}", board, goal_text, status))
+    ttft, decode = section["ttft_ratio"], section["decode_ratio"]
+    board = f"TTFT {_fmt(ttft, 'x')}, decode {_fmt(decode, 'x')}"
+    reference = f"TTFT {ttft_goal}, decode {decode_goal}"
+    met = section["goal_met"]
+    status = "met" if met is True else "NOT met" if met is False else "not judged"
+    if met is not True:
+        board += f" ({section['goal_why']})"
+    rows.append(("serving goal", board, reference, status))
     return rows
 
 
@@ -202,17 +324,97 @@ def plot(doc: dict[str, Any], ref: Reference, out: Path) -> Path:
     return out
 
 
-def _run(args: argparse.Namespace) -> int:
+def plot_serving(doc: dict[str, Any], out: Path) -> Path | None:
+    """TTFT and decode by prompt size, GPU server against CPU server, and the placement modes'
+    request times; None (nothing written) when the result has neither section's numbers."""
+    doc = checked(doc)
+    serving, placement = doc.get("serving"), doc.get("placement")
+    pairs = serving_pairs(serving["runs"]) if serving else {}
+    modes = placement["modes"] if placement else {}
+    timed = {m: e for m, e in modes.items() if e["status"] == "PASS" and e["request_s"]}
+    if not pairs and not timed:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_ttft, ax_dec, ax_place) = plt.subplots(1, 3, figsize=(14, 4.5), dpi=110)
+    sizes = list(pairs)
+    tops = {ax_ttft: 0.0, ax_dec: 0.0}
+    for server in ("gpu", "cpu"):
+        for ax, key in ((ax_ttft, "ttft_s"), (ax_dec, "decode_tps")):
+            pts = [(n, p[server][key]) for n, p in pairs.items()
+                   if server in p and p[server]["status"] == "PASS"]  # fmt: skip
+            if pts:
+                tops[ax] = max(tops[ax], *(v for _, v in pts))
+                ax.plot(*zip(*pts, strict=True), marker="o", color=SERVER_COLOURS[server],
+                        label=f"{server.upper()} server")  # fmt: skip
+            failed = [n for n, p in pairs.items() if server in p and p[server]["status"] != "PASS"]
+            for n in failed:
+                ax.plot([n], [0], marker="x", color="red", markersize=10, mew=2.5,
+                        linestyle="none", clip_on=False)  # fmt: skip
+    for ax, title, ylabel in (
+        (ax_ttft, "time to first token (lower is better)", "TTFT (s)"),
+        (ax_dec, "decode (higher is better)", "decode (tokens/s)"),
+    ):
+        ax.set_title(title, fontsize=10, parse_math=False)
+        ax.set_xlabel("prompt tokens")
+        ax.set_ylabel(ylabel)
+        if sizes:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.set_ylim(bottom=0, top=(tops[ax] or 1) * 1.25)  # room for the legend
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="upper left")
+        if not sizes:
+            ax.text(0.5, 0.5, "no serving runs in this result", ha="center",
+                    transform=ax.transAxes, parse_math=False)  # fmt: skip
+    if serving and serving["state"] == "ok":
+        ax_ttft.set_title(
+            f"TTFT, GPU/CPU {_fmt(serving['ttft_ratio'], 'x')}: goal {serving['goal_why']}",
+            fontsize=10, parse_math=False,
+        )  # fmt: skip
+    names = [m for m in PLACEMENT_MODES if m in timed]
+    if names:
+        chosen = placement["chosen"] if placement else None
+        bars = ax_place.bar(names, [timed[m]["request_s"] for m in names],
+                            color=[SERVER_COLOURS[m] for m in names])  # fmt: skip
+        for bar, mode in zip(bars, names, strict=True):
+            if mode == chosen:
+                bar.set_edgecolor("black")
+                bar.set_linewidth(2.5)
+        req = placement["request"]
+        ax_place.set_title(
+            f"placement: {req.get('prompt_tokens')}+{req.get('generated_tokens')}-token request"
+            f" (chosen: {chosen or 'none'})", fontsize=10, parse_math=False,
+        )  # fmt: skip
+    else:
+        ax_place.text(0.5, 0.5, "no placement measurements", ha="center",
+                      transform=ax_place.transAxes, parse_math=False)  # fmt: skip
+    ax_place.set_ylabel("request time (s, lower is better)")
+    ax_place.grid(True, axis="y", alpha=0.3)
+    host = doc["host"]["hostname"]
+    fig.suptitle(f"rocky-llm serving on {host}", parse_math=False)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def show(doc: dict[str, Any], cfg, plot_out: Path | None, console=None) -> int:
+    """Print the report of a loaded result (table, plots when `plot_out`, verdict); returns the
+    exit code: 0 for a passing result, 1 otherwise."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    doc = load_result(Path(args.result))
-    cfg = load_config(args.config)
     ref = cfg.selftest.reference
     # Everything from the file goes in as Text (or with markup=False): rich never reads markup
     # in board data, so a kernel line like "panthor fb000000.gpu: [drm] ..." prints as it is.
-    console = Console(highlight=False)
+    console = console or Console(highlight=False)
     table = Table(title=Text(f"rocky-selftest {doc['finished_at']} vs reference"))
     for column in ("what", "board", "reference", "status"):
         table.add_column(column)
@@ -223,11 +425,15 @@ def _run(args: argparse.Namespace) -> int:
     note = reference_note(doc, cfg.model.name)
     if note:
         console.print(note, markup=False)
-    out = Path(args.plot) if args.plot else Path(args.result).with_suffix(".png")
-    plot(doc, ref, out)
-    console.print(f"plot: {out}", markup=False)
+    if plot_out is not None:
+        plot(doc, ref, plot_out)
+        console.print(f"plot: {plot_out}", markup=False)
+        serving_png = plot_serving(doc, plot_out.with_name(plot_out.stem + "-serving.png"))
+        if serving_png:
+            console.print(f"serving plot: {serving_png}", markup=False)
     if doc["tune"]:
-        _print_tune(console, doc["tune"], ref, out.with_name(out.stem + "-tune.png"))
+        tune_png = plot_out.with_name(plot_out.stem + "-tune.png") if plot_out else None
+        _print_tune(console, doc["tune"], ref, tune_png)
     failed = [c["name"] for c in doc["checks"] if c["status"] != "PASS" and c["status"] != "SKIP"]
     problems = doc["problems"]
     if doc["verdict"] == "PASS" and not failed and not problems:
@@ -241,7 +447,14 @@ def _run(args: argparse.Namespace) -> int:
     return 1
 
 
-def _print_tune(console, tune: dict[str, Any], ref: Reference, out: Path) -> None:
+def _run(args: argparse.Namespace) -> int:
+    doc = load_result(Path(args.result))
+    cfg = load_config(args.config)
+    out = Path(args.plot) if args.plot else Path(args.result).with_suffix(".png")
+    return show(doc, cfg, out)
+
+
+def _print_tune(console, tune: dict[str, Any], ref: Reference, out: Path | None) -> None:
     """The tile tuning (rocky-selftest tune): t/s per candidate with its registers/spills."""
     from rich.table import Table
     from rich.text import Text
@@ -259,7 +472,8 @@ def _print_tune(console, tune: dict[str, Any], ref: Reference, out: Path) -> Non
         style = "red" if row[-1] == "ref" else "white"
         table.add_row(*(Text(cell, style=style) for cell in row))
     console.print(table)
-    console.print(f"tuning plot: {plot_tune(tune, ref, out)}", markup=False)
+    if out is not None:
+        console.print(f"tuning plot: {plot_tune(tune, ref, out)}", markup=False)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

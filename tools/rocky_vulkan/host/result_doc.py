@@ -20,6 +20,32 @@ from rocky_vulkan.errors import UserError
 
 MODES = ("tuned", "stock", "cpu")
 RATIO_NUMBERS = ("tuned_tps", "stock_tps", "cpu_tps", "ratio", "required_ratio")
+# A self-test result is a few hundred kB at most; anything far larger is not one.
+MAX_RESULT_BYTES = 8 << 20
+MAX_TEXT = 1000  # characters of one string shown
+MAX_WHOLE = 1 << 30  # counts (tokens, ub): larger is not a value a board measured
+PLACEMENT_MODES = ("gpu", "cpu", "hybrid")
+SERVERS = ("gpu", "cpu")
+RUN_STATUSES = ("PASS", "FAIL")
+MAX_RATE = 1e6  # tokens/s
+MAX_SECONDS = 1e7
+MAX_RATIO = 1e6
+# A ratio the board reports may be any aggregate of its runs' ratios (one size, a mean, a median):
+# it must lie within their range, give or take rounding.
+RATIO_SLACK = 0.02
+
+
+def clean_text(value: str, limit: int = MAX_TEXT) -> str:
+    """`value` as plain text: tabs and line breaks become spaces, other control and format
+    characters (escape sequences, bidi overrides, zero-width) are removed; cut to `limit`."""
+    out = []
+    for ch in value:
+        if ch.isprintable():
+            out.append(ch)
+        elif ch in "\t\n\r\v\f\u2028\u2029\x85":
+            out.append(" ")
+    text = "".join(out)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class ResultError(UserError):
@@ -27,7 +53,13 @@ class ResultError(UserError):
 
 
 def _show(value: Any) -> str:
-    text = json.dumps(value, allow_nan=True)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"an integer of {len(str(abs(value)))} digits"
+    try:
+        text = json.dumps(value, allow_nan=True)
+    except (ValueError, TypeError, RecursionError):
+        text = "?"
+    text = clean_text(text, 200)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -45,26 +77,45 @@ class _Checker:
         if value is None:  # absent or null: optional text
             return default
         if isinstance(value, str):
-            return value
+            return clean_text(value)
         self.bad(field, value, "a string")
         return default
 
-    def number(self, obj: dict, key: str, field: str) -> float | None:
-        """A finite number, or None (absent, null or malformed)."""
+    def number(
+        self, obj: dict, key: str, field: str, low: float | None = None, high: float | None = None
+    ) -> float | None:
+        """A finite number (low < value <= high when given), or None (absent, null or
+        malformed)."""
         value = obj.get(key)
         if value is None:
             return None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if math.isfinite(value):
-                return float(value)
+            try:
+                number = float(value)  # OverflowError for an integer past float's range
+            except OverflowError:
+                number = math.inf
+            if math.isfinite(number):
+                if (low is None or number > low) and (high is None or number <= high):
+                    return number
+                want = " and ".join(
+                    w
+                    for w in (low is not None and f"> {low:g}", high is not None and f"<= {high:g}")
+                    if w
+                )
+                self.bad(field, value, f"a number {want}")
+                return None
         self.bad(field, value, "a finite number")
         return None
 
-    def whole(self, obj: dict, key: str, field: str, default: int | None) -> int | None:
+    def whole(
+        self, obj: dict, key: str, field: str, default: int | None, high: int = MAX_WHOLE
+    ) -> int | None:
         value = obj.get(key, default)
-        if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        if value is None or (
+            isinstance(value, int) and not isinstance(value, bool) and 0 < value <= high
+        ):
             return value
-        self.bad(field, value, "a whole number > 0")
+        self.bad(field, value, f"a whole number > 0 and <= {high}")
         return default
 
     def mapping(self, doc: dict, key: str) -> dict:
@@ -170,6 +221,194 @@ def _tune(raw: Any, c: _Checker) -> dict[str, Any] | None:
     }
 
 
+def _status(c: _Checker, item: dict, field: str) -> str:
+    """PASS or FAIL as the board wrote it; anything else is a problem and shows as BAD."""
+    status = c.text(item, "status", field)
+    if status in RUN_STATUSES:
+        return status
+    c.bad(field, item.get("status"), "PASS or FAIL")
+    return "BAD"
+
+
+def _placement(raw: Any, c: _Checker) -> dict[str, Any] | None:
+    """The self-test's placement runs: per mode pp/tg rates and a typical request's time, the
+    mode chosen. None when absent; `state` is "malformed" when anything in it was."""
+    if raw is None:
+        return None
+    before = len(c.problems)
+    if not isinstance(raw, dict):
+        c.bad("placement", raw, "an object")
+        return {"state": "malformed", "request": {}, "modes": {}, "chosen": None, "reason": ""}
+    req = raw.get("request")
+    if not isinstance(req, dict):
+        c.bad("placement.request", req, "an object")
+        req = {}
+    request = {
+        key: c.whole(req, key, f"placement.request.{key}", None, high=10_000_000)
+        for key in ("prompt_tokens", "generated_tokens")
+    }
+    modes_raw = raw.get("modes")
+    if not isinstance(modes_raw, dict):
+        c.bad("placement.modes", modes_raw, "an object")
+        modes_raw = {}
+    modes: dict[str, dict[str, Any]] = {}
+    for name, item in modes_raw.items():
+        field = f"placement.modes.{clean_text(str(name), 40)}"
+        if name not in PLACEMENT_MODES:
+            c.bad(field, name, "a mode (" + ", ".join(PLACEMENT_MODES) + ")")
+            continue
+        if not isinstance(item, dict):
+            c.bad(field, item, "an object")
+            continue
+        got = len(c.problems)
+        entry = {
+            "status": _status(c, item, f"{field}.status"),
+            "pp_tps": c.number(item, "pp_tps", f"{field}.pp_tps", 0, MAX_RATE),
+            "tg_tps": c.number(item, "tg_tps", f"{field}.tg_tps", 0, MAX_RATE),
+            "request_s": c.number(item, "request_s", f"{field}.request_s", 0, MAX_SECONDS),
+            "reason": c.text(item, "reason", f"{field}.reason"),
+        }
+        missing = [k for k in ("pp_tps", "tg_tps", "request_s") if entry[k] is None]
+        if entry["status"] == "PASS" and missing and len(c.problems) == got:
+            c.problems.append(f"{field}: status PASS without {', '.join(missing)}")
+        if len(c.problems) != got and entry["status"] == "PASS":
+            entry["status"] = "BAD"  # a PASS with a broken number is not shown as a PASS
+        modes[name] = entry
+    chosen = c.text(raw, "chosen", "placement.chosen") or None
+    if chosen is not None and chosen not in PLACEMENT_MODES:
+        c.bad("placement.chosen", chosen, "a mode (" + ", ".join(PLACEMENT_MODES) + ")")
+        chosen = None
+    elif chosen is not None and chosen != "cpu":
+        # The CPU is the board's fallback (GPU checks failed, nothing measured); any other
+        # choice must be a passing mode with the least request time.
+        timed = {m: e["request_s"] for m, e in modes.items() if e["status"] == "PASS"}
+        if chosen not in timed:
+            c.problems.append(f"placement.chosen: {chosen} has no passing measurement")
+        elif timed[chosen] > min(timed.values()) * (1 + RATIO_SLACK):
+            best = min(timed, key=lambda m: timed[m])
+            c.problems.append(
+                f"placement.chosen: {chosen} ({timed[chosen]:.1f} s) although {best} takes "
+                f"{timed[best]:.1f} s"
+            )
+    return {
+        "state": "malformed" if len(c.problems) != before else "ok",
+        "request": request,
+        "modes": modes,
+        "chosen": chosen,
+        "reason": c.text(raw, "reason", "placement.reason"),
+    }
+
+
+def serving_pairs(runs: list[dict[str, Any]]) -> dict[int, dict[str, dict[str, Any]]]:
+    """{prompt_tokens: {server: run}} of the serving runs (the last run of a pair wins)."""
+    pairs: dict[int, dict[str, dict[str, Any]]] = {}
+    for run in runs:
+        pairs.setdefault(run["prompt_tokens"], {})[run["server"]] = run
+    return dict(sorted(pairs.items()))
+
+
+def _measured_ratios(runs: list[dict[str, Any]], key: str) -> list[float]:
+    """GPU / CPU of `key` at each prompt size where both servers passed."""
+    out = []
+    for pair in serving_pairs(runs).values():
+        gpu, cpu = pair.get("gpu"), pair.get("cpu")
+        if gpu and cpu and gpu["status"] == cpu["status"] == "PASS":
+            out.append(gpu[key] / cpu[key])
+    return out
+
+
+def _serving(raw: Any, c: _Checker) -> dict[str, Any] | None:
+    """The GPU server against the CPU server: TTFT and decode per prompt size, the ratios and the
+    goal. `goal_met` is True only when the ratios meet the goal and the runs bear them out."""
+    if raw is None:
+        return None
+    before = len(c.problems)
+    empty = {"state": "malformed", "runs": [], "ttft_ratio": None, "decode_ratio": None,
+             "goal": {"ttft_ratio_max": None, "decode_ratio_min": None}, "goal_met": None,
+             "goal_why": "the serving section is malformed"}  # fmt: skip
+    if not isinstance(raw, dict):
+        c.bad("serving", raw, "an object")
+        return empty
+    runs_raw = raw.get("runs")
+    if not isinstance(runs_raw, list):
+        c.bad("serving.runs", runs_raw, "a list")
+        runs_raw = []
+    runs = []
+    for i, item in enumerate(runs_raw):
+        field = f"serving.runs[{i}]"
+        if not isinstance(item, dict):
+            c.bad(field, item, "an object")
+            continue
+        got = len(c.problems)
+        server = c.text(item, "server", f"{field}.server")
+        if server not in SERVERS:
+            c.bad(f"{field}.server", item.get("server"), "gpu or cpu")
+        run = {
+            "server": server,
+            "prompt_tokens": c.whole(
+                item, "prompt_tokens", f"{field}.prompt_tokens", None, high=10_000_000
+            ),  # fmt: skip
+            "ttft_s": c.number(item, "ttft_s", f"{field}.ttft_s", 0, MAX_SECONDS),
+            "decode_tps": c.number(item, "decode_tps", f"{field}.decode_tps", 0, MAX_RATE),
+            "status": _status(c, item, f"{field}.status"),
+            "reason": c.text(item, "reason", f"{field}.reason"),
+        }
+        if run["prompt_tokens"] is None and len(c.problems) == got:
+            c.problems.append(f"{field}: no prompt_tokens")
+        missing = [k for k in ("ttft_s", "decode_tps") if run[k] is None]
+        if run["status"] == "PASS" and missing and len(c.problems) == got:
+            c.problems.append(f"{field}: status PASS without {', '.join(missing)}")
+        if len(c.problems) == got:
+            runs.append(run)
+    ttft = c.number(raw, "ttft_ratio", "serving.ttft_ratio", 0, MAX_RATIO)
+    decode = c.number(raw, "decode_ratio", "serving.decode_ratio", 0, MAX_RATIO)
+    goal_raw = raw.get("goal")
+    if not isinstance(goal_raw, dict):
+        c.bad("serving.goal", goal_raw, "an object")
+        goal_raw = {}
+    goal = {
+        "ttft_ratio_max": c.number(
+            goal_raw, "ttft_ratio_max", "serving.goal.ttft_ratio_max", 0, MAX_RATIO
+        ),  # fmt: skip
+        "decode_ratio_min": c.number(
+            goal_raw, "decode_ratio_min", "serving.goal.decode_ratio_min", 0, MAX_RATIO
+        ),  # fmt: skip
+    }
+    # The board's ratios must be what its runs show (some aggregate of the per-size ratios).
+    for name, value, key in (("ttft_ratio", ttft, "ttft_s"), ("decode_ratio", decode,
+                                                                "decode_tps")):  # fmt: skip
+        measured = _measured_ratios(runs, key)
+        if value is not None and measured:
+            low, high = min(measured), max(measured)
+            if not low * (1 - RATIO_SLACK) <= value <= high * (1 + RATIO_SLACK):
+                c.problems.append(
+                    f"serving.{name}: {value:.3g} is not what the runs show "
+                    f"(GPU/CPU {low:.3g} to {high:.3g})"
+                )
+    state = "malformed" if len(c.problems) != before else "ok"
+    met, why = _goal(state, runs, ttft, decode, goal)
+    return {"state": state, "runs": runs, "ttft_ratio": ttft, "decode_ratio": decode,
+            "goal": goal, "goal_met": met, "goal_why": why}  # fmt: skip
+
+
+def _goal(state, runs, ttft, decode, goal) -> tuple[bool | None, str]:
+    """(True / False / None for "cannot tell", why)."""
+    if state != "ok":
+        return None, "not judged: the serving section is malformed"
+    if not _measured_ratios(runs, "ttft_s"):
+        return None, "not judged: no prompt size where both servers passed"
+    if any(r["status"] != "PASS" for r in runs):
+        return False, "not met: a serving run failed"
+    if None in (ttft, decode, goal["ttft_ratio_max"], goal["decode_ratio_min"]):
+        return None, "not judged: a ratio or the goal is missing"
+    ok_ttft = ttft <= goal["ttft_ratio_max"]
+    ok_decode = decode >= goal["decode_ratio_min"]
+    if ok_ttft and ok_decode:
+        return True, "met"
+    missed = [w for w, ok in (("TTFT", ok_ttft), ("decode", ok_decode)) if not ok]
+    return False, "not met: " + " and ".join(missed)
+
+
 def check_result(doc: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[str]]:
     """The document with every field the report reads in its type, and the problems found."""
     for key in ("verdict", "checks"):
@@ -197,6 +436,8 @@ def check_result(doc: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[
         "host": {"hostname": c.text(c.mapping(doc, "host"), "hostname", "host.hostname", "board")},
         "model": {"path": c.text(c.mapping(doc, "model"), "path", "model.path")},
         "tune": _tune(doc.get("tune"), c),
+        "placement": _placement(doc.get("placement"), c),
+        "serving": _serving(doc.get("serving"), c),
     }
     return clean, c.problems
 
@@ -204,7 +445,13 @@ def check_result(doc: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[
 def load_result(path: Path) -> dict[str, Any]:
     """The parsed, type-checked result; `problems` lists what was malformed (maybe nothing)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_RESULT_BYTES + 1)
+        if len(data) > MAX_RESULT_BYTES:
+            raise ResultError(
+                f"{path}: larger than {MAX_RESULT_BYTES >> 20} MiB: not a self-test result"
+            )
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise ResultError(
             f"{path}: no such file; copy /var/lib/rocky-selftest/result.json from the board first"
@@ -213,9 +460,13 @@ def load_result(path: Path) -> dict[str, Any]:
         raise ResultError(f"{path}: cannot read: {err}") from None
     try:
         doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as err:
+    except (ValueError, RecursionError) as err:
         if isinstance(err, RecursionError):
             raise ResultError(f"{path}: nested too deeply to be a self-test result") from None
+        if not isinstance(err, json.JSONDecodeError):  # e.g. an integer of 5000 digits
+            raise ResultError(
+                f"{path}: not a self-test result: {clean_text(str(err), 200)}"
+            ) from None
         cut = not text.rstrip().endswith("}")
         hint = " (the file does not end with '}': truncated? copy it again)" if cut else ""
         raise ResultError(

@@ -52,4 +52,14 @@ def selftest_board_config(cfg: Config) -> dict:
         "results_dir": paths.RESULTS_DIR,
         "motd_path": paths.MOTD,
         "sysroot": "/",
+        "serve_listen": cfg.serve.listen,
+        "serve_port": cfg.serve.port,
+        # The self-test keeps model_path (the reference model) for its comparison; the server
+        # loads the model serve.model names, which the image installs beside it.
+        "serve_model_path": f"{paths.MODEL_DIR}/{cfg.served_filename}",
+        "serve_model_name": cfg.serve.model,
+        "serve_request_prompt_tokens": cfg.serve.request_prompt_tokens,
+        "serve_request_generated_tokens": cfg.serve.request_generated_tokens,
+        "serve_context_tokens": cfg.serve.context_tokens,
+        "serve_parallel": cfg.serve.parallel,
     }

@@ -64,9 +64,15 @@ def recipe_files(layer: Path) -> list[Path]:
 
 def _oelint_constants(cfg: Config) -> dict:
     machines = [m.name for m in cfg.machines] + list(ROCKCHIP_OVERRIDES)
-    # oe-core mesa.inc's variable our Mesa bbappend sets, and two of the image's own variables
+    # oe-core mesa.inc's variable our Mesa bbappend sets, and the image's own variables
     # that oelint-adv's fuzzy spelling check takes for typos of known ones.
-    variables = ["GALLIUMDRIVERS_SOFTPIPE", "ROCKY_MODEL_TERMS_OK", "ROCKY_MODEL_TERMS_MSG"]
+    variables = [
+        "GALLIUMDRIVERS_SOFTPIPE",
+        "ROCKY_MODEL_TERMS_OK",
+        "ROCKY_MODEL_TERMS_MSG",
+        "ROCKY_SERVE_TERMS_OK",
+        "ROCKY_SERVE_TERMS_MSG",
+    ]
     return {
         "replacements": {"machines": machines, "distros": [cfg.distro]},
         "variables": {"known": variables},

@@ -9,6 +9,10 @@ path segment may hold placeholders in braces; such a template renders one file p
     {machine}       each machine of the config; adds `machine`
     {distro}        the config's distro
     {model_recipe}  MODEL_RECIPE
+    {model}         each entry of the config's models: (its name); adds `model` and the recipe's
+                    names (_extra_model_context)
+    {licensed_model}  each entry of models: with license_flags (the same context): its kas
+                    fragment accepting them
     {version}       rocky-vulkan's version
 
 e.g. templates/kas/{machine}.yml.j2 -> kas/rock-5-itx.yml, kas/rock-5b-rocky.yml. Folders whose
@@ -25,6 +29,7 @@ import hashlib
 import importlib.resources
 import json
 import re
+from collections.abc import Callable
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
@@ -33,7 +38,7 @@ import rocky_selftest
 from rocky_selftest import paths
 
 from rocky_vulkan import __version__
-from rocky_vulkan.config import PATCH_DIR_NAME, Config
+from rocky_vulkan.config import PATCH_DIR_NAME, REFERENCE_MODEL, Config, ExtraModel
 from rocky_vulkan.layer import board, escape
 from rocky_vulkan.layer.errors import RenderError, os_hint
 from rocky_vulkan.tiles import CANDIDATES_PATH
@@ -56,10 +61,16 @@ LLAMA_FILES = f"{LLAMA_DIR}/files"
 IMAGE_DIR = f"{SOFTWARE_LAYER}/recipes-core/images"
 SELFTEST_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/rocky-selftest"
 SELFTEST_FILES = f"{SELFTEST_RECIPE_DIR}/files"
+LLM_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/rocky-llm"
+LLM_FILES = f"{LLM_RECIPE_DIR}/files"
 MODEL_RECIPE = "rocky-model"
 MODEL_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/{MODEL_RECIPE}"
 # The LICENSE_FLAGS of the model recipe: building the image needs it in LICENSE_FLAGS_ACCEPTED.
 MODEL_LICENSE_FLAG = "qwen-research"
+# Each entry of models: is a recipe rocky-model-<name> (model_recipe()), and when it has
+# license_flags a kas fragment kas/model-licence-<name>.yml (licence_fragment()) accepting them.
+EXTRA_MODEL_DIR = f"{SOFTWARE_LAYER}/recipes-llm/{MODEL_RECIPE}-{{model}}"
+EXTRA_MODEL_LICENCE = f"{EXTRA_MODEL_DIR}/files/MODEL-LICENSE.j2"
 SELFTEST_SOURCES = Path(rocky_selftest.__file__).resolve().parent
 
 TEMPLATES = importlib.resources.files("rocky_vulkan.layer") / "templates"
@@ -68,7 +79,11 @@ _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 LICENCE = f"{LAYER_DIR}/COPYING.MIT"
 # One file, several places: the layers' licence text, also the self-test recipe's own.
 ALSO_AT = {
-    LICENCE: (f"{LAYER_DIR}/{{layer}}/COPYING.MIT", f"{SELFTEST_FILES}/COPYING.MIT"),
+    LICENCE: (
+        f"{LAYER_DIR}/{{layer}}/COPYING.MIT",
+        f"{SELFTEST_FILES}/COPYING.MIT",
+        f"{LLM_FILES}/COPYING.MIT",
+    ),
 }
 
 
@@ -104,21 +119,36 @@ def template_tree() -> list[str]:
     return sorted(found)
 
 
+def model_recipe(name: str) -> str:
+    """The recipe of a model by its serve.model name: `reference` or an entry of models:."""
+    return MODEL_RECIPE if name == REFERENCE_MODEL else f"{MODEL_RECIPE}-{name}"
+
+
+def licence_fragment(name: str) -> str:
+    """The kas fragment (kas/<this>.yml) accepting the LICENSE_FLAGS of the models: entry `name`."""
+    return f"model-licence-{name}"
+
+
 def _layer_names() -> list[str]:
     return [layer.rsplit("/", 1)[1] for layer in SUB_LAYERS]
 
 
-def _placeholder_values(cfg: Config) -> dict[str, list[tuple[str, dict]]]:
-    """For each placeholder: (value in the path, extra context) per file it renders."""
+def _placeholder_values(cfg: Config) -> dict[str, Callable[[], list[tuple[str, dict]]]]:
+    """For each placeholder: (value in the path, extra context) per file it renders (called
+    only for the placeholders a path holds)."""
     return {
-        "layer": [
+        "layer": lambda: [
             (name, {"layer_kind": kind, "layer_name": name})
             for kind, name in zip(LAYER_KINDS, _layer_names(), strict=True)
         ],
-        "machine": [(machine.name, {"machine": machine}) for machine in cfg.machines],
-        "distro": [(cfg.distro, {})],
-        "model_recipe": [(MODEL_RECIPE, {})],
-        "version": [(__version__, {})],
+        "machine": lambda: [(machine.name, {"machine": machine}) for machine in cfg.machines],
+        "distro": lambda: [(cfg.distro, {})],
+        "model_recipe": lambda: [(MODEL_RECIPE, {})],
+        "model": lambda: [(m.name, _extra_model_context(m)) for m in cfg.models],
+        "licensed_model": lambda: [
+            (m.name, _extra_model_context(m)) for m in cfg.models if m.license_flags
+        ],
+        "version": lambda: [(__version__, {})],
     }
 
 
@@ -132,7 +162,7 @@ def expand(path: str, cfg: Config) -> list[tuple[str, dict]]:
         found = [
             (out.replace(f"{{{name}}}", value), {**context, **extra})
             for out, context in found
-            for value, extra in values[name]
+            for value, extra in values[name]()
         ]
     return found
 
@@ -158,15 +188,25 @@ def _render(env: jinja2.Environment, template: str, context: dict) -> str:
         ) from None
 
 
+def _model_homepage(cfg: Config) -> str:
+    url = cfg.model.url
+    return url.split("/resolve/", 1)[0] if "/resolve/" in url else url.rsplit("/", 1)[0]
+
+
+def model_licence_url(cfg: Config) -> str:
+    """Where the model's licence is read (Hugging Face's resolve/<revision>/<file>: the licence
+    at that revision)."""
+    url = cfg.model.url
+    revision = url.split("/resolve/", 1)[1].split("/", 1)[0] if "/resolve/" in url else "main"
+    return f"{_model_homepage(cfg)}/blob/{revision}/LICENSE"
+
+
 def _model_context(cfg: Config, env: jinja2.Environment) -> dict:
     url = cfg.model.url
-    homepage = url.split("/resolve/", 1)[0] if "/resolve/" in url else url.rsplit("/", 1)[0]
-    # Hugging Face's resolve/<revision>/<file>: the licence to name is the one at that revision.
-    revision = url.split("/resolve/", 1)[1].split("/", 1)[0] if "/resolve/" in url else "main"
     context = {
         "cfg": cfg,
-        "model_homepage": homepage,
-        "model_licence_url": f"{homepage}/blob/{revision}/LICENSE",
+        "model_homepage": _model_homepage(cfg),
+        "model_licence_url": model_licence_url(cfg),
         "model_host": url.partition("://")[2].split("/", 1)[0],
         "model_dir": paths.MODEL_DIR,
         "model_subdir": paths.MODEL_SUBDIR,
@@ -178,6 +218,32 @@ def _model_context(cfg: Config, env: jinja2.Environment) -> dict:
     context["license_md5"] = hashlib.md5(license_text.encode("utf-8")).hexdigest()
     del context["cfg"]
     return context
+
+
+def _extra_model_context(model: ExtraModel) -> dict:
+    """A models: entry's recipe, licence notice and kas fragment."""
+    context = {
+        "model": model,
+        "extra_model_recipe": model_recipe(model.name),
+        "model_host": model.url.partition("://")[2].split("/", 1)[0],
+        "model_subdir": paths.MODEL_SUBDIR,
+        "licence_fragment": licence_fragment(model.name),
+    }
+    license_text = _render(_environment(), EXTRA_MODEL_LICENCE, context)
+    context["license_md5"] = hashlib.md5(license_text.encode("utf-8")).hexdigest()
+    return context
+
+
+def _image_context(cfg: Config) -> dict:
+    """The image: its extra packages, and the model the server loads when it is not the
+    reference one (installed too; its LICENSE_FLAGS must be accepted like the reference's)."""
+    served = cfg.served_model
+    return {
+        "image_packages": list(cfg.image.extra_packages),
+        "served_model": served,
+        "served_recipe": model_recipe(cfg.serve.model),
+        "served_fragment": licence_fragment(served.name) if served else "",
+    }
 
 
 def _selftest_context(cfg: Config) -> dict:
@@ -204,12 +270,38 @@ def _selftest_context(cfg: Config) -> dict:
     }
 
 
+def _llm_context(cfg: Config) -> dict:
+    """The server recipe's templates: the recipe, its units, wrapper and login script."""
+    return {
+        "user": paths.LLM_USER,
+        "login_user": cfg.image.user,
+        "lan": cfg.serve.listen == "lan",
+        "off": cfg.serve.listen == "off",
+        "port": cfg.serve.port,
+        "copying_md5": hashlib.md5((TEMPLATES / LICENCE).read_bytes()).hexdigest(),
+        "bindir": paths.BINDIR,
+        "libdir": paths.LIBDIR,
+        "config_path": paths.CONFIG,
+        "model_dir": paths.MODEL_DIR,
+        "env_file": paths.TILES_ENV,
+        "state_dir": paths.LLM_STATE_DIR,
+        "state_name": paths.LLM_STATE_DIR.rsplit("/", 1)[1],
+        "settings_file": paths.LLM_SETTINGS,
+        "key_dir": paths.LLM_KEY_DIR,
+        "key_dir_name": paths.LLM_KEY_DIR.rsplit("/", 1)[1],
+        "api_key_name": paths.API_KEY_NAME,
+        "tls_key_name": paths.TLS_KEY_NAME,
+        "tls_cert_name": paths.TLS_CERT_NAME,
+    }
+
+
 def _recipe_contexts(cfg: Config, env: jinja2.Environment) -> dict[str, dict]:
     """Extra context for the templates under a folder of templates/ (its path, with '/')."""
     return {
         f"{LLAMA_DIR}/": {"llama_git_host_path": _git_host_path(cfg.llama_cpp.url)},
-        f"{IMAGE_DIR}/": {"image_packages": list(cfg.image.extra_packages)},
+        f"{IMAGE_DIR}/": _image_context(cfg),
         f"{SELFTEST_RECIPE_DIR}/": _selftest_context(cfg),
+        f"{LLM_RECIPE_DIR}/": _llm_context(cfg),
         f"{SOFTWARE_LAYER}/recipes-llm/{{model_recipe}}/": _model_context(cfg, env),
     }
 
@@ -247,6 +339,7 @@ def render_files(cfg: Config) -> dict[str, bytes]:
         "project_ssh": _ssh_address(cfg.project_url),
         "model_license_flag": MODEL_LICENSE_FLAG,
         "model_recipe": MODEL_RECIPE,
+        "extra_models": [_extra_model_context(m) for m in cfg.models],
         "sub_layers": _layer_names(),
         "kas_version": KAS_FORMAT_VERSION,
     }

@@ -33,6 +33,7 @@ RECIPES = {
     "rocky-selftest": RecipeEntry(
         "recipes-llm/rocky-selftest/rocky-selftest_0.1.0.bb", "do_install"
     ),
+    "rocky-llm": RecipeEntry("recipes-llm/rocky-llm/rocky-llm_0.1.0.bb", "do_install"),
 }
 LAYER = Path("meta-rocky-vulkan/meta-rocky-vulkan")
 # What a build host gives the recipe in place of bitbake's BUILD_* (the host compiler for

@@ -23,6 +23,7 @@ IMAGE_INSTALL += "\
     llama-cpp-tests \
     sudo \
     rocky-selftest \
+    rocky-llm \
     rocky-model \
 "
 
@@ -122,10 +123,15 @@ rocky_image_sshd() {
 }
 
 # DHCP on every wired NIC (both RTL8125B ports: en*, or eth* with net.ifnames=0), ahead of
-# systemd-conf's generic 80-wired.network.
+# systemd-conf's generic 80-wired.network. mDNS: the board answers as <hostname>.local
+# (systemd-resolved; off by default in both resolved.conf and a link, so on in both) and
+# advertises the API with DNS-SD (rocky-llm's /etc/systemd/dnssd/rocky-llm.dnssd).
 # nooelint: oelint.task.docstrings - a rootfs post-process function, not a task
 rocky_image_network() {
     install -d ${IMAGE_ROOTFS}${sysconfdir}/systemd/network
-    printf '%s\n' '[Match]' 'Name=en* eth*' '' '[Network]' 'DHCP=yes' '' '[DHCPv4]' \
-        'ClientIdentifier=mac' > ${IMAGE_ROOTFS}${sysconfdir}/systemd/network/10-rocky-dhcp.network
+    printf '%s\n' '[Match]' 'Name=en* eth*' '' '[Network]' 'DHCP=yes' 'MulticastDNS=yes' '' \
+        '[DHCPv4]' 'ClientIdentifier=mac' > ${IMAGE_ROOTFS}${sysconfdir}/systemd/network/10-rocky-dhcp.network
+    install -d ${IMAGE_ROOTFS}${sysconfdir}/systemd/resolved.conf.d
+    printf '%s\n' '[Resolve]' 'MulticastDNS=yes' \
+        > ${IMAGE_ROOTFS}${sysconfdir}/systemd/resolved.conf.d/10-rocky-mdns.conf
 }

@@ -26,15 +26,23 @@ SRC_URI = "\
     file://rocky_selftest/bench.py \
     file://rocky_selftest/checks.py \
     file://rocky_selftest/cli.py \
+    file://rocky_selftest/gguf.py \
     file://rocky_selftest/kld.py \
     file://rocky_selftest/kld_text.txt \
     file://rocky_selftest/match.py \
     file://rocky_selftest/outcome.py \
     file://rocky_selftest/paths.py \
+    file://rocky_selftest/placement.py \
+    file://rocky_selftest/placement_bench.py \
     file://rocky_selftest/publish.py \
     file://rocky_selftest/results.py \
     file://rocky_selftest/runner.py \
     file://rocky_selftest/sequence.py \
+    file://rocky_selftest/serve_cli.py \
+    file://rocky_selftest/serve_client.py \
+    file://rocky_selftest/serve_keys.py \
+    file://rocky_selftest/serve_settings.py \
+    file://rocky_selftest/serving.py \
     file://rocky_selftest/settings.py \
     file://rocky_selftest/stack.py \
     file://rocky_selftest/tune.py \
@@ -82,13 +90,16 @@ CONFFILES:${PN} = "${sysconfdir}/rocky-selftest/config.json"
 # `bitbake world` (yocto-check-layer's test_world) fails on "Nothing RPROVIDES 'rocky-model'".
 SKIP_RECIPE[rocky-selftest] = "${@'' if bb.utils.contains_any('LICENSE_FLAGS_ACCEPTED', 'qwen-research qwen-research_rocky-model', True, False, d) else 'it needs rocky-model, whose licence is not accepted: read its terms, then add qwen-research to LICENSE_FLAGS_ACCEPTED'}"
 
-# Standard library only: python3-core/crypt/io/json are the OE packages its imports live in.
+# Standard library only: python3-core/crypt/io/json/netclient (http.client for the serving step)
+# are the OE packages its imports live in. The serving step starts llama-server (llama-cpp-server).
 RDEPENDS:${PN} = "\
     llama-cpp \
+    llama-cpp-server \
     python3-core \
     python3-crypt \
     python3-io \
     python3-json \
+    python3-netclient \
     rocky-model \
     vulkan-tools \
 "

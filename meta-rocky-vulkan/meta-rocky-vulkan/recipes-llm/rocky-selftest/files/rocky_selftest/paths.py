@@ -18,3 +18,12 @@ TILES_ENV_NAME = "tuned-tiles.env"  # the tuner's choice, read by rocky-tiles-en
 TILES_ENV = f"{RESULTS_DIR}/{TILES_ENV_NAME}"
 TILE_CANDIDATES = f"{LIBDIR}/tile_candidates.json"
 USER = "rocky-selftest"  # the unprivileged system user the checks run as
+
+# The server (rocky-llm.service): its settings and why, and the per-board secrets.
+LLM_USER = "rocky-llm"  # the unprivileged system user llama-server runs as
+LLM_STATE_DIR = "/var/lib/rocky-llm"  # the unit's StateDirectory=
+LLM_SETTINGS = f"{LLM_STATE_DIR}/settings.json"
+LLM_KEY_DIR = "/var/lib/rocky-llm-keys"  # root-owned; LoadCredential= hands the files over
+API_KEY_NAME = "api-key"
+TLS_KEY_NAME = "tls.key"
+TLS_CERT_NAME = "tls.crt"

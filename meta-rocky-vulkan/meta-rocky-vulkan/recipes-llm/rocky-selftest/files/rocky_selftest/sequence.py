@@ -11,6 +11,8 @@ from .bench import Deadline, ratio, sweep
 from .checks import ERROR, FAIL, PASS, SKIP, Check, failed
 from .match import output_match
 from .outcome import base_doc, now
+from .placement_bench import placement
+from .serving import serving
 from .settings import Settings
 from .stack import (
     check_firmware,
@@ -29,6 +31,8 @@ CHECK_ORDER = (
     "sweep",
     "ratio",
     "output_match",
+    "placement",
+    "serving",
 )
 
 
@@ -93,6 +97,20 @@ def run_selftest(
             return check
 
         guarded(name, one)
+    # The server's placement and what its users feel: both read the run so far (the GPU checks,
+    # the sweep, then the placement), as the board's server will read the saved result.
+    for name, step in (("placement", placement), ("serving", serving)):
+
+        def measured(name=name, step=step) -> Check:
+            if not model_there:
+                return failed(name, f"not run: model {s.model_path} is missing")
+            _say(f"---- {name}")
+            so_far = {**doc, "checks": [c.to_json() for c in checks]}
+            check, data = step(s, deadline, so_far, log=_say)
+            doc[name] = data
+            return check
+
+        guarded(name, measured)
     doc.update(
         verdict=overall(checks),
         finished_at=now(),

@@ -60,12 +60,34 @@ class Settings:
     tune_candidates: str = paths.TILE_CANDIDATES
     tune_top: int = 3
     tune_repeats: int = 2
+    # The server (rocky-llm): who may reach it, what it loads, a typical request (the placement
+    # measurement times it) and the upper bounds of its context per slot and its slots.
+    serve_listen: str = "lan"
+    serve_port: int = 8443
+    serve_model_path: str = ""  # empty: the self-test's model
+    serve_model_name: str = "reference"
+    serve_request_prompt_tokens: int = 2048
+    serve_request_generated_tokens: int = 256
+    serve_context_tokens: int = 8192
+    serve_parallel: int = 2
+    llama_server: str = ""  # empty: llama-server in bin_dir
+    # The self-test's `serving` step: streamed requests to the real llama-server, one per prompt
+    # size (the first size decides the goal), each generating this many tokens.
+    serving_prompt_tokens: tuple[int, ...] = (2048, 8192)
+    serving_generated_tokens: int = 128
+    # Token id -> logit bias for those requests; the board leaves it empty. Tests with the random
+    # tiny model ban its byte tokens: a lone byte makes b9101's output parser fail the request.
+    serving_logit_bias: dict[str, float] = field(default_factory=dict)
 
     def tool(self, name: str) -> str:
         return os.path.join(self.bin_dir, name)
 
+    @property
+    def served_model(self) -> str:
+        return self.serve_model_path or self.model_path
 
-_TUPLES = {"ubatch_sizes", "sweep_modes", "skip_checks"}
+
+_TUPLES = {"ubatch_sizes", "sweep_modes", "skip_checks", "serving_prompt_tokens"}
 
 
 def load_settings(path: str) -> Settings:
@@ -93,6 +115,8 @@ def load_settings(path: str) -> Settings:
         if key not in data:
             raise SettingsError(f"{path}: missing key {key!r}")
     for key in _TUPLES & set(data):
+        if not isinstance(data[key], list):
+            raise SettingsError(f"{path}: {key} must be a list, not {data[key]!r}")
         data[key] = tuple(data[key])
     try:
         settings = Settings(**data)
@@ -104,9 +128,61 @@ def load_settings(path: str) -> Settings:
         value = getattr(settings, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SettingsError(f"{path}: {key} must be a whole number >= 0, not {value!r}")
+    _check_serve(path, settings)
     bad_modes = set(settings.sweep_modes) - {"tuned", "stock", "cpu"}
     if bad_modes or not settings.ubatch_sizes:
         raise SettingsError(
             f"{path}: sweep_modes must be tuned/stock/cpu and ubatch_sizes must not be empty"
         )
     return settings
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and -1e9 < value < 1e9
+
+
+def _whole(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _check_serve(path: str, s: Settings) -> None:
+    """The serve_* keys: exact values and ranges, as rocky-vulkan.yaml's schema has them."""
+    if s.serve_listen not in ("lan", "localhost", "off"):
+        raise SettingsError(f"{path}: serve_listen must be lan, localhost or off")
+    bounds = {
+        "serve_port": (1024, 65535),
+        "serve_request_prompt_tokens": (1, 131072),
+        "serve_request_generated_tokens": (1, 32768),
+        "serve_context_tokens": (512, 131072),
+        "serve_parallel": (1, 16),
+    }
+    for key, (low, high) in bounds.items():
+        value = getattr(s, key)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise SettingsError(
+                f"{path}: {key} must be a whole number {low}..{high}, not {value!r}"
+            )
+    sizes = s.serving_prompt_tokens
+    if not sizes or len(sizes) > 8 or not all(_whole(n, 1, 131072) for n in sizes):
+        raise SettingsError(
+            f"{path}: serving_prompt_tokens must be 1 to 8 whole numbers 1..131072, not {sizes!r}"
+        )
+    if not _whole(s.serving_generated_tokens, 2, 32768):
+        raise SettingsError(
+            f"{path}: serving_generated_tokens must be a whole number 2..32768, "
+            f"not {s.serving_generated_tokens!r}"
+        )
+    bias = s.serving_logit_bias
+    if (
+        not isinstance(bias, dict)
+        or len(bias) > 100_000
+        or not all(
+            isinstance(k, str) and k.isdigit() and k.isascii() and _number(v)
+            for k, v in bias.items()
+        )
+    ):
+        raise SettingsError(f"{path}: serving_logit_bias must map token ids to numbers")
+    for key in ("serve_model_path", "serve_model_name", "llama_server"):
+        value = getattr(s, key)
+        if not isinstance(value, str) or not value.isprintable() or len(value) > 4096:
+            raise SettingsError(f"{path}: {key} must be a printable string")

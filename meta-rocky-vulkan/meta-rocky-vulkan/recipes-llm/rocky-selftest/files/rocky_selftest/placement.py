@@ -1,0 +1,66 @@
+"""Where the server runs a typical request fastest: GPU, CPU or hybrid, from measured rates.
+
+Each mode has a prefill rate (pp, tokens/s) and a decode rate (tg, tokens/s) measured by
+llama-bench on the board. A request of P prompt and G generated tokens takes P/pp + G/tg seconds;
+the mode with the least time wins. On RK3588 decode is memory-bound, so the CPU can win decode
+while the GPU wins prefill: `hybrid` (weights in CPU memory, -ngl 0 with the Vulkan device
+present, large batches offloaded) is the mix llama.cpp offers for that.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# How llama-bench and llama-server are told to use each mode (the same flags for both).
+MODE_FLAGS = {
+    "gpu": ("-ngl", "99"),  # the device is named where the GPU device is known
+    "cpu": ("-ngl", "0", "-dev", "none"),
+    "hybrid": ("-ngl", "0"),
+}
+MODES = tuple(MODE_FLAGS)
+SAFE_MODE = "cpu"  # needs no GPU at all
+
+
+MAX_RATE = 1e9  # tokens/s: far above any board; larger is a broken number
+
+
+def _rate(value: Any) -> float | None:
+    """A usable rate, or None (not a number, NaN, infinite, <= 0, or absurdly large)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int) and not 0 < value <= MAX_RATE:  # no float() of a 400-digit int
+        return None
+    return float(value) if math.isfinite(value) and 0 < value <= MAX_RATE else None
+
+
+def request_seconds(pp_tps: Any, tg_tps: Any, prompt: int, generated: int) -> float | None:
+    """Seconds for one request, or None when a rate is missing, non-finite or not positive."""
+    pp, tg = _rate(pp_tps), _rate(tg_tps)
+    if pp is None or tg is None:
+        return None
+    return prompt / pp + generated / tg
+
+
+def choose(modes: Any, prompt: int, generated: int, gpu_ok: bool) -> tuple[str, str]:
+    """(mode, reason). `modes` is the result's placement.modes ({mode: {pp_tps, tg_tps}}), as
+    hostile as any file: anything unusable falls back to the CPU with the reason why."""
+    if not gpu_ok:
+        return SAFE_MODE, "the self-test's GPU checks did not pass: serving on the CPU"
+    if not isinstance(modes, dict):
+        return SAFE_MODE, "no placement measurements in the result: serving on the CPU"
+    times: dict[str, float] = {}
+    for mode in MODES:
+        entry = modes.get(mode)
+        if isinstance(entry, dict) and entry.get("status", "PASS") == "PASS":
+            t = request_seconds(entry.get("pp_tps"), entry.get("tg_tps"), prompt, generated)
+            if t is not None:
+                times[mode] = t
+    if not times:
+        return SAFE_MODE, "no usable placement measurement: serving on the CPU"
+    best = min(times, key=lambda m: (times[m], MODES.index(m)))
+    others = ", ".join(f"{m} {t:.1f} s" for m, t in sorted(times.items()) if m != best)
+    reason = f"{best} takes {times[best]:.1f} s for a {prompt}+{generated}-token request" + (
+        f" (measured: {others})" if others else " (the only mode measured)"
+    )
+    return best, reason

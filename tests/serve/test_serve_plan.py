@@ -1,0 +1,216 @@
+"""The server's settings from the board's measurements (rocky_selftest.serve_settings,
+placement, gguf): every input hostile, every fallback safe and said."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rocky_selftest.gguf import GgufError, model_shape
+from rocky_selftest.placement import choose, request_seconds
+from rocky_selftest.serve_settings import (
+    best_ubatch,
+    derive,
+    gpu_ok,
+    memory_plan,
+    server_command,
+)
+from rocky_selftest.settings import Settings
+
+from tests.helpers.selftest import make_tiny_model
+
+GOOD_CHECKS = [{"name": n, "status": "PASS"} for n in ("gpu_driver", "vulkan_device", "sweep")]
+GOOD_CHECKS += [{"name": "output_match", "status": "PASS"}]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return make_tiny_model(tmp_path_factory)
+
+
+def settings(tmp_path: Path, model: Path, **extra) -> Settings:
+    s = Settings(model_path=str(model), model_sha256=None, ubatch_sizes=(64,))
+    return replace(s, results_dir=str(tmp_path), **extra)
+
+
+def write_result(folder: Path, doc: dict) -> None:
+    head = {"schema": "rocky-selftest-result", "schema_version": 1, "verdict": "PASS"}
+    (folder / "result.json").write_text(json.dumps({**head, **doc}))
+
+
+def meminfo(tmp_path: Path, gib: float) -> str:
+    path = tmp_path / "meminfo"
+    path.write_text(f"MemTotal:       {int(gib * (1 << 20))} kB\nMemFree: 1 kB\n")
+    return str(path)
+
+
+# --- placement: the least time for the typical request wins ---
+
+
+def test_decode_bound_request_goes_where_decode_is_fastest():
+    # RK3588-like: GPU prefill 28 t/s, CPU 22; CPU decode a bit faster (memory-bound).
+    modes = {
+        "gpu": {"pp_tps": 28.1, "tg_tps": 6.0},
+        "cpu": {"pp_tps": 22.0, "tg_tps": 6.8},
+        "hybrid": {"pp_tps": 27.0, "tg_tps": 6.7},
+    }
+    assert choose(modes, 2048, 256, gpu_ok=True)[0] == "hybrid"
+    assert choose(modes, 64, 2048, gpu_ok=True)[0] == "cpu"  # decode dominates: CPU's tg
+    modes["hybrid"]["status"] = "FAIL"
+    assert choose(modes, 2048, 16, gpu_ok=True)[0] == "gpu"
+
+
+def test_request_time_is_prompt_over_pp_plus_generated_over_tg():
+    assert request_seconds(20.0, 5.0, 2000, 50) == pytest.approx(110.0)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0, 0, "28", None, True, [28.0], 10**400])
+def test_unusable_rates_never_win_and_fall_back_to_the_cpu(bad):
+    modes = {"gpu": {"pp_tps": bad, "tg_tps": 6.0}}
+    mode, reason = choose(modes, 2048, 256, gpu_ok=True)
+    assert mode == "cpu" and "no usable placement measurement" in reason
+
+
+@pytest.mark.parametrize("modes", [None, [], "gpu", {"gpu": "fast"}, {"tpu": {"pp_tps": 1e9}}])
+def test_malformed_placement_sections_fall_back_to_the_cpu(modes):
+    assert choose(modes, 2048, 256, gpu_ok=True)[0] == "cpu"
+
+
+def test_failed_gpu_checks_serve_on_the_cpu_whatever_the_rates_say():
+    modes = {"gpu": {"pp_tps": 1000.0, "tg_tps": 1000.0}}
+    mode, reason = choose(modes, 2048, 256, gpu_ok=False)
+    assert mode == "cpu" and "GPU checks did not pass" in reason
+
+
+# --- the self-test's verdicts and the sweep ---
+
+
+def test_gpu_ok_needs_every_gpu_check_passed():
+    assert gpu_ok({"checks": GOOD_CHECKS})[0]
+    bad = [dict(c, status="FAIL") if c["name"] == "output_match" else c for c in GOOD_CHECKS]
+    ok, why = gpu_ok({"checks": bad})
+    assert not ok and "output_match" in why
+    for doc in (None, [], {"checks": "PASS"}, {"checks": [None, 5]}, {}):
+        assert not gpu_ok(doc)[0]
+
+
+def test_best_ubatch_is_the_fastest_crash_free_gpu_run():
+    runs = [
+        {"mode": "tuned", "ubatch": 64, "status": "PASS", "avg_ts": 20.0},
+        {"mode": "tuned", "ubatch": 256, "status": "PASS", "avg_ts": 28.1},
+        {"mode": "tuned", "ubatch": 512, "status": "FAIL", "avg_ts": 99.0},  # crashed
+        {"mode": "cpu", "ubatch": 1024, "status": "PASS", "avg_ts": 50.0},  # not the GPU
+        {"mode": "tuned", "ubatch": 2**70, "status": "PASS", "avg_ts": 60.0},  # hostile
+        {"mode": "tuned", "ubatch": 128, "status": "PASS", "avg_ts": math.nan},
+    ]
+    ub, why = best_ubatch({"sweep": runs})
+    assert ub == 256 and "28.10 t/s at ub 256" in why
+    assert best_ubatch({"sweep": "x"})[0] == 512
+
+
+# --- the model's shape and the RAM plan ---
+
+
+def test_model_shape_reads_the_gguf_metadata(tiny):
+    shape = model_shape(str(tiny))
+    assert shape.architecture == "llama"
+    assert shape.context_length == 4096
+    # 2 layers x 4 KV heads x (64 + 64) x 2 bytes (tiny: n_embd 256, 4 heads)
+    assert shape.kv_bytes_per_token == 2 * 4 * 128 * 2
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"GGML" + b"\0" * 20,
+        b"GGUF" + struct.pack("<IQQ", 7, 0, 0),  # unknown version
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 10**12),  # absurd key count
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**40),  # huge string
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 3) + b"abc",  # cut short
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 0),  # no architecture
+    ],
+)
+def test_hostile_gguf_headers_are_refused_quickly(tmp_path, data):
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(data)
+    with pytest.raises(GgufError):
+        model_shape(str(path))
+
+
+def test_memory_plan_keeps_the_config_when_it_fits(tmp_path, tiny):
+    s = settings(tmp_path, tiny, serve_context_tokens=2048, serve_parallel=2)
+    ctx, slots, why = memory_plan(s, 8 << 30)
+    assert (ctx, slots) == (2048, 2) and "fits" in why
+
+
+def test_memory_plan_lowers_slots_then_context_on_a_small_board(tmp_path, tiny):
+    s = settings(tmp_path, tiny, serve_context_tokens=4096, serve_parallel=4)
+    kv_token = model_shape(str(tiny)).kv_bytes_per_token
+    size = tiny.stat().st_size
+    # Room for exactly 1 x 2048 tokens beside the model and the reserve.
+    from rocky_selftest.serve_settings import RESERVE_BYTES
+
+    ctx, slots, why = memory_plan(s, size + RESERVE_BYTES + 2048 * kv_token)
+    assert (ctx, slots) == (2048, 1) and "lowered from 4096 x 4" in why
+
+
+def test_memory_plan_caps_the_context_at_what_the_model_was_trained_for(tmp_path, tiny):
+    s = settings(tmp_path, tiny, serve_context_tokens=32768, serve_parallel=1)
+    ctx, _, why = memory_plan(s, 64 << 30)
+    assert ctx == 4096 and "trained for 4096" in why
+
+
+# --- the whole derivation and llama-server's command line ---
+
+
+def test_derive_serves_on_the_gpu_with_the_measured_settings(tmp_path, tiny):
+    write_result(
+        tmp_path,
+        {
+            "checks": GOOD_CHECKS,
+            "sweep": [{"mode": "tuned", "ubatch": 256, "status": "PASS", "avg_ts": 28.0}],
+            "placement": {"modes": {"gpu": {"pp_tps": 28.0, "tg_tps": 7.0}}},
+        },
+    )
+    spec = "int=256,64,64,32,16,16,2,2,2,1,16,2"
+    (tmp_path / "tuned-tiles.env").write_text(f"# tuned\nGGML_VK_MALI_WARPTILE={spec}\n")
+    s = settings(tmp_path, tiny, serve_context_tokens=1024, serve_parallel=2)
+    plan = derive(s, meminfo(tmp_path, 16))
+    assert plan["warnings"] == []
+    argv, env = server_command(s, plan, "/run/credentials/rocky-llm.service")
+    assert argv[argv.index("-ngl") + 1] == "99" and argv[argv.index("-dev") + 1] == "Vulkan0"
+    assert argv[argv.index("--ubatch-size") + 1] == "256"
+    assert argv[argv.index("--ctx-size") + 1] == "2048"  # 2 slots of 1024
+    assert argv[argv.index("--parallel") + 1] == "2"
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert "--ssl-cert-file" in argv and "--api-key-file" in argv and "--no-slots" in argv
+    assert env == {"GGML_VK_MALI_WARPTILE": spec}
+
+
+def test_derive_says_so_when_the_gpu_failed(tmp_path, tiny):
+    bad = [dict(c, status="FAIL") if c["name"] == "sweep" else c for c in GOOD_CHECKS]
+    write_result(tmp_path, {"checks": bad, "placement": {"modes": {"gpu": {"pp_tps": 99}}}})
+    s = settings(tmp_path, tiny, serve_listen="localhost")
+    plan = derive(s, meminfo(tmp_path, 8))
+    assert plan["settings"]["placement"]["value"] == "cpu"
+    assert plan["warnings"] and "serving on the CPU, not the GPU" in plan["warnings"][0]
+    argv, _ = server_command(s, plan, "/creds")
+    assert argv[argv.index("-dev") + 1] == "none"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and "--ssl-key-file" not in argv
+
+
+@pytest.mark.parametrize(
+    "content", ["{", "[]", '"PASS"', "\x1b[2J", json.dumps({"checks": [{"name": 5}]})]
+)
+def test_derive_never_raises_on_a_hostile_result(tmp_path, tiny, content):
+    (tmp_path / "result.json").write_text(content)
+    (tmp_path / "tuned-tiles.env").write_text("GGML_VK_MALI_WARPTILE=$(reboot)\n")
+    plan = derive(settings(tmp_path, tiny), meminfo(tmp_path, 4))
+    assert plan["settings"]["placement"]["value"] == "cpu"
+    assert plan["settings"]["tiles"]["value"] is None
+    assert "ignored" in plan["settings"]["tiles"]["reason"]

@@ -1,0 +1,179 @@
+"""`rocky-llm serve|settings|keys|rotate-key|info`: the board's OpenAI-compatible server.
+
+- `serve` (rocky-llm.service, as the unprivileged user rocky-llm): derive the settings from the
+  board's measurements, record them with their reasons (journal and settings.json), then exec
+  llama-server;
+- `settings`: the same derivation, printed, nothing started;
+- `keys` (root, rocky-llm-keys.service): make the per-board API key and TLS certificate when
+  missing; `rotate-key` (root): a new API key, then restart the server;
+- `info` (the login user): the URL, the certificate's fingerprint, the key, the settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import grp
+import json
+import os
+import socket
+import subprocess
+import sys
+from typing import Any
+
+from . import paths
+from .serve_keys import ServeKeyError, cert_fingerprint, make_missing, read_api_key, write_api_key
+from .serve_settings import derive, server_command, value, write_plan
+from .settings import DEFAULT_CONFIG, SettingsError, load_settings
+
+UNIT = "rocky-llm.service"
+
+
+def _clean(text: str) -> str:
+    """Data shown as text: no terminal control characters."""
+    return "".join(ch if ch.isprintable() else "?" for ch in str(text))
+
+
+def _print_plan(plan: dict[str, Any], out=sys.stdout) -> None:
+    for name, item in plan["settings"].items():
+        print(_clean(f"{name}: {item['value']} ({item['reason']})"), file=out)
+    for warning in plan["warnings"]:
+        print(_clean(f"WARNING: {warning}"), file=out)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    if s.serve_listen == "off":
+        print("serve.listen is off in rocky-vulkan.yaml: no server", file=sys.stderr)
+        return 0
+    plan = derive(s)
+    credentials = args.credentials or os.environ.get("CREDENTIALS_DIRECTORY", "")
+    if not credentials:
+        print("no credentials: run under rocky-llm.service (LoadCredential=)", file=sys.stderr)
+        return 2
+    argv, env = server_command(s, plan, credentials)
+    plan["command"] = argv
+    plan["environment"] = env
+    _print_plan(plan)
+    try:
+        write_plan(args.settings_file, plan)
+    except OSError as err:  # the server still starts; the journal has the settings
+        print(_clean(f"could not record {args.settings_file}: {err}"), file=sys.stderr)
+    print(_clean("exec " + " ".join(argv)), flush=True)
+    os.execve(argv[0], argv, {**os.environ, **env})
+    return 1  # not reached
+
+
+def cmd_settings(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    plan = derive(s)
+    argv, env = server_command(s, plan, args.credentials or "$CREDENTIALS_DIRECTORY")
+    plan.update(command=argv, environment=env)
+    if args.json:
+        print(json.dumps(plan, indent=2))
+    else:
+        _print_plan(plan)
+    return 0
+
+
+def _group_gid(name: str | None) -> int | None:
+    if not name:
+        return None
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise ServeKeyError(f"group {name!r} does not exist; check image.user") from None
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    made = make_missing(
+        args.key_dir, socket.gethostname(), _group_gid(args.group), tls=s.serve_listen == "lan"
+    )
+    print("made: " + ", ".join(made) if made else "keys present: nothing to do")
+    return 0
+
+
+def cmd_rotate(args: argparse.Namespace) -> int:
+    write_api_key(args.key_dir, _group_gid(args.group))
+    print("new API key written; `rocky-llm info` shows it. Restarting the server.")
+    if not args.no_restart:
+        res = subprocess.run(["systemctl", "try-restart", UNIT], timeout=120)
+        if res.returncode != 0:
+            print(f"systemctl try-restart {UNIT} failed: restart it by hand", file=sys.stderr)
+            return 1
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    if s.serve_listen == "off":
+        print("The server is off (serve.listen: off in rocky-vulkan.yaml).")
+        return 0
+    host = socket.gethostname()
+    if s.serve_listen == "lan":
+        print(_clean(f"API:  https://{host}.local:{s.serve_port}/v1  (web UI: the same, /)"))
+        cert = os.path.join(args.key_dir, paths.TLS_CERT_NAME)
+        try:
+            print(_clean(f"TLS certificate SHA-256 fingerprint: {cert_fingerprint(cert)}"))
+        except ServeKeyError as err:
+            print(_clean(f"TLS certificate: {err}"))
+    else:
+        print(_clean(f"API:  http://127.0.0.1:{s.serve_port}/v1 on the board only"))
+    if not args.short:
+        try:
+            print(f"API key: {read_api_key(args.key_dir)}")
+        except ServeKeyError as err:
+            print(_clean(f"API key: {err}"))
+    try:
+        with open(args.settings_file, encoding="utf-8") as fh:
+            plan = json.loads(fh.read(1 << 20))
+        if args.short:
+            for warning in plan["warnings"]:
+                print(_clean(f"WARNING: {warning}"))
+            print(_clean(f"Serving {value(plan, 'model')} on the {value(plan, 'placement')}"))
+        else:
+            print(_clean(f"Settings (from {args.settings_file}):"))
+            _print_plan(plan)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        print(_clean(f"No settings yet ({err}): the server has not started."))
+    if args.short:
+        print("`rocky-llm info` shows the API key.")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rocky-llm", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="default: %(default)s")
+    parser.add_argument("--key-dir", default=paths.LLM_KEY_DIR, help="default: %(default)s")
+    parser.add_argument("--settings-file", default=paths.LLM_SETTINGS, help="default: %(default)s")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="derive the settings, record them, exec llama-server")
+    settings = sub.add_parser("settings", help="print the settings and the command, start nothing")
+    settings.add_argument("--json", action="store_true")
+    for p in (serve, settings):
+        p.add_argument("--credentials", help="default: $CREDENTIALS_DIRECTORY")
+    keys = sub.add_parser("keys", help="(root) make the API key and TLS certificate if missing")
+    rotate = sub.add_parser("rotate-key", help="(root) a new API key, then restart the server")
+    rotate.add_argument("--no-restart", action="store_true")
+    for p in (keys, rotate):
+        p.add_argument("--group", help="the login user's group, which may read the API key")
+    info = sub.add_parser("info", help="URL, certificate fingerprint, API key, settings")
+    info.add_argument("--short", action="store_true", help="URL, fingerprint, warnings only")
+    serve.set_defaults(func=cmd_serve)
+    settings.set_defaults(func=cmd_settings)
+    keys.set_defaults(func=cmd_keys)
+    rotate.set_defaults(func=cmd_rotate)
+    info.set_defaults(func=cmd_info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (SettingsError, ServeKeyError) as err:
+        print(_clean(f"rocky-llm: {err}"), file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(_clean(f"rocky-llm: {err}"), file=sys.stderr)
+        return 3

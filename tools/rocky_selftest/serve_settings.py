@@ -1,0 +1,193 @@
+"""The server's settings, each from the board's own measurements, with the reason for each.
+
+Inputs: the self-test's result (GPU checks, the ub sweep, the placement runs), the tuner's tile
+choice, the board's RAM and the model's own shape. Every input is treated as hostile: a missing
+or malformed one gives the safe value and says so; nothing here raises on bad data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from . import paths
+from .gguf import GgufError, model_shape
+from .outcome import peek_result
+from .placement import MODE_FLAGS, SAFE_MODE, choose
+from .results import write_atomic
+from .settings import Settings
+from .tune_files import TuneFileError, read_choice
+from .tune_spec import ENV_VAR
+
+SCHEMA = "rocky-llm-settings"
+SCHEMA_VERSION = 1
+# The checks that prove the GPU computes right; any other than PASS: serve on the CPU.
+GPU_CHECKS = ("gpu_driver", "vulkan_device", "sweep", "output_match")
+DEFAULT_UBATCH = 512  # llama.cpp's own default
+# Kept free beside the model and the KV cache: the OS, the server and its compute buffers.
+RESERVE_BYTES = 1536 << 20
+MIN_CONTEXT = 512
+HTTP_TIMEOUT_S = 30
+HTTP_THREADS = 16
+
+
+def gpu_ok(doc: Any) -> tuple[bool, str]:
+    """Did every GPU check of the self-test pass? (answer, why)"""
+    if not isinstance(doc, dict):
+        return False, "no self-test result"
+    checks = doc.get("checks")
+    status = {}
+    if isinstance(checks, list):
+        for c in checks:
+            if isinstance(c, dict) and isinstance(c.get("name"), str):
+                status[c["name"]] = c.get("status")
+    bad = [name for name in GPU_CHECKS if status.get(name) != "PASS"]
+    if bad:
+        return False, f"self-test GPU checks not passed: {', '.join(bad)}"
+    return True, f"self-test GPU checks passed: {', '.join(GPU_CHECKS)}"
+
+
+def best_ubatch(doc: Any) -> tuple[int, str]:
+    """The micro-batch with the best GPU prefill among the sweep's crash-free runs."""
+    runs = doc.get("sweep") if isinstance(doc, dict) else None
+    best: tuple[float, int] | None = None
+    for run in runs if isinstance(runs, list) else []:
+        if not isinstance(run, dict) or run.get("mode") != "tuned" or run.get("status") != "PASS":
+            continue
+        ub, tps = run.get("ubatch"), run.get("avg_ts")
+        if isinstance(ub, bool) or not isinstance(ub, int) or not 1 <= ub <= 8192:
+            continue
+        if isinstance(tps, bool) or not isinstance(tps, (int, float)) or not 0 < tps < 1e9:
+            continue
+        if best is None or tps > best[0]:
+            best = (float(tps), ub)
+    if best is None:
+        return DEFAULT_UBATCH, f"no crash-free GPU sweep run: llama.cpp's default {DEFAULT_UBATCH}"
+    return best[1], f"best prefill of the crash-free sweep runs: {best[0]:.2f} t/s at ub {best[1]}"
+
+
+def mem_total_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    try:
+        with open(meminfo, encoding="ascii") as fh:
+            for line in fh.read(16384).splitlines():
+                if line.startswith("MemTotal:"):
+                    parts = line.split()
+                    if len(parts) == 3 and parts[1].isdigit() and parts[2] == "kB":
+                        return int(parts[1]) * 1024
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
+
+
+def memory_plan(s: Settings, mem_total: int | None) -> tuple[int, int, str]:
+    """(context per slot, slots, why): the config's bounds, lowered until the KV cache fits."""
+    ctx, slots = s.serve_context_tokens, s.serve_parallel
+    try:
+        shape = model_shape(s.served_model)
+        model_bytes = os.stat(s.served_model).st_size
+    except (OSError, GgufError) as err:
+        return MIN_CONTEXT, 1, f"model shape unreadable ({err}): the smallest plan"
+    notes = []
+    if ctx > shape.context_length:
+        ctx = shape.context_length
+        notes.append(f"the model was trained for {shape.context_length} tokens")
+    if mem_total is None:
+        return min(ctx, 4096), 1, "RAM size unknown: one slot, at most 4096 tokens"
+    budget = mem_total - model_bytes - RESERVE_BYTES
+    while slots * ctx * shape.kv_bytes_per_token > budget:
+        if slots > 1:
+            slots -= 1
+        elif ctx > MIN_CONTEXT:
+            ctx = max(MIN_CONTEXT, ctx // 2)
+        else:
+            break
+    kv = slots * ctx * shape.kv_bytes_per_token
+    gib = 1 << 30
+    fits = "fits" if kv <= budget else "does NOT fit; the smallest plan"
+    why = (
+        f"{mem_total / gib:.1f} GiB RAM - model {model_bytes / gib:.1f} GiB - "
+        f"{RESERVE_BYTES / gib:.1f} GiB reserve; KV cache {kv / gib:.2f} GiB "
+        f"({shape.kv_bytes_per_token} B/token) {fits}"
+    )
+    if (ctx, slots) != (s.serve_context_tokens, s.serve_parallel):
+        notes.append(f"lowered from {s.serve_context_tokens} x {s.serve_parallel}")
+    return ctx, slots, why + ("; " + "; ".join(notes) if notes else "")
+
+
+_ON_DISK: Any = object()
+
+
+def derive(s: Settings, meminfo: str = "/proc/meminfo", doc: Any = _ON_DISK) -> dict[str, Any]:
+    """Every setting as {value, reason}, plus warnings for the journal and the login message.
+    `doc`: the self-test's result (default: the one on disk; the self-test's serving step
+    passes the run's own document so far)."""
+    if doc is _ON_DISK:
+        doc = peek_result(s.results_dir)
+    ok, gpu_why = gpu_ok(doc)
+    placement = doc.get("placement") if isinstance(doc, dict) else None
+    modes = placement.get("modes") if isinstance(placement, dict) else None
+    mode, mode_why = choose(
+        modes, s.serve_request_prompt_tokens, s.serve_request_generated_tokens, gpu_ok=ok
+    )
+    ub, ub_why = best_ubatch(doc) if mode != SAFE_MODE else (DEFAULT_UBATCH, "CPU: the default")
+    try:
+        tiles = read_choice(s.results_dir)
+        tiles_why = "the tuner's choice" if tiles else "no tuned choice: the built-in Mali tiles"
+    except TuneFileError as err:
+        tiles, tiles_why = None, f"tuned tiles ignored ({err}): the built-in Mali tiles"
+    ctx, slots, mem_why = memory_plan(s, mem_total_bytes(meminfo))
+    warnings = []
+    if mode == SAFE_MODE and not ok:
+        warnings.append(f"serving on the CPU, not the GPU: {gpu_why}")
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "settings": {
+            "placement": {"value": mode, "reason": f"{mode_why}; {gpu_why}"},
+            "ubatch": {"value": ub, "reason": ub_why},
+            "tiles": {"value": tiles, "reason": tiles_why},
+            "context_per_slot": {"value": ctx, "reason": mem_why},
+            "parallel": {"value": slots, "reason": mem_why},
+            "listen": {"value": s.serve_listen, "reason": "serve.listen in rocky-vulkan.yaml"},
+            "model": {"value": s.served_model, "reason": f"serve.model: {s.serve_model_name}"},
+        },
+        "warnings": warnings,
+    }
+
+
+def value(plan: dict[str, Any], name: str) -> Any:
+    return plan["settings"][name]["value"]
+
+
+def server_command(
+    s: Settings, plan: dict[str, Any], credentials: str
+) -> tuple[list[str], dict[str, str]]:
+    """llama-server's argv and extra environment for the plan. `credentials` holds the API key
+    (and, for lan, the TLS key and certificate): systemd's $CREDENTIALS_DIRECTORY."""
+    mode, ub = value(plan, "placement"), value(plan, "ubatch")
+    ctx, slots = value(plan, "context_per_slot"), value(plan, "parallel")
+    lan = s.serve_listen == "lan"
+    argv = [s.llama_server or s.tool("llama-server"), "--model", s.served_model]
+    argv += ["--alias", s.serve_model_name, "--host", "0.0.0.0" if lan else "127.0.0.1"]
+    argv += ["--port", str(s.serve_port), "--ctx-size", str(ctx * slots)]
+    argv += ["--parallel", str(slots), "--ubatch-size", str(ub), "--batch-size", str(max(ub, 2048))]
+    argv += list(MODE_FLAGS[mode])
+    if mode == "gpu":
+        argv += ["-dev", s.gpu_device]  # a missing GPU fails loudly, never silently the CPU
+    argv += ["--api-key-file", os.path.join(credentials, paths.API_KEY_NAME)]
+    if lan:
+        argv += ["--ssl-key-file", os.path.join(credentials, paths.TLS_KEY_NAME)]
+        argv += ["--ssl-cert-file", os.path.join(credentials, paths.TLS_CERT_NAME)]
+    # /metrics for monitoring; /slots shows other users' prompts: off. Prompt cache kept small:
+    # its 8 GiB default is more than a 4 GB board has. An idle kept-alive HTTPS connection holds
+    # an HTTP thread for the whole read timeout (600 s by default; tests saw the server stall on
+    # them): 30 s and more threads bound that (docs/verification/serving.md).
+    argv += ["--metrics", "--no-slots", "--cache-ram", "256"]
+    argv += ["--timeout", str(HTTP_TIMEOUT_S), "--threads-http", str(HTTP_THREADS)]
+    env = {ENV_VAR: value(plan, "tiles")} if value(plan, "tiles") else {}
+    return argv, env
+
+
+def write_plan(path: str, plan: dict[str, Any]) -> None:
+    write_atomic(path, (json.dumps(plan, indent=2) + "\n").encode())
