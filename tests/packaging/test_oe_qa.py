@@ -3,9 +3,9 @@
 llama-cpp: the tree .ci/llama.sh built with the recipe's own cmake options (read from the rendered
 recipe), `cmake --install`ed into a DESTDIR, with the recipe's do_install:append run there
 (ROCKY_LLAMA_INSTALL_DIR: install/ is cmake's output, root/ after the append, PACKAGING.json the
-build's paths and options). rocky-selftest: its do_install run from its files/. Every recipe of
-rocky_vulkan.packaging.trees.RECIPES is covered: a new one is a row there. Each failure line names
-the OE QA test it stands for.
+build's paths and options). rocky-selftest, rocky-llm: their do_install run from their files/.
+Every recipe of rocky_vulkan.packaging.trees.RECIPES is covered: a new one is a row there. Each
+failure line names the OE QA test it stands for.
 """
 
 from __future__ import annotations
