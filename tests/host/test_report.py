@@ -39,7 +39,9 @@ def _doc(crash_at: int | None = 1024) -> dict:
                 sweep.append({"mode": mode, "ubatch": ub, "status": "PASS",
                               "avg_ts": value * (1 - 64 / (ub + 640))})  # fmt: skip
     ok = crash_at is None
-    checks = [
+    stack = ("gpu_driver", "csf_firmware", "no_vendor_driver", "vulkan_device", "model_sha256")
+    checks = [{"name": name, "status": "PASS", "evidence": "..."} for name in stack]
+    checks += [
         {"name": "sweep", "status": "PASS" if ok else "FAIL", "evidence": "..."},
         {"name": "ratio", "status": "PASS", "evidence": "tuned 28.00 = 4.83x stock"},
         {"name": "output_match", "status": "PASS", "evidence": "first 32 tokens identical"},
@@ -90,6 +92,25 @@ def test_cli_verdict_and_exit_code(tmp_path, capsys, crash, rc, word):
     out = capsys.readouterr().out
     assert f"VERDICT: {word}" in out
     assert (tmp_path / "result.png").is_file()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda checks: [],  # a PASS with no checks at all
+        lambda checks: [dict(c, status="SKIP") for c in checks],  # every check skipped
+        lambda checks: [c for c in checks if c["name"] != "output_match"],  # one left out
+        lambda checks: [dict(c, status="SKIP") if c["name"] == "gpu_driver" else c for c in checks],
+    ],
+)
+def test_a_pass_without_its_evidence_is_a_fail(tmp_path, capsys, change):
+    doc = _doc(None)
+    doc["checks"] = change(doc["checks"])
+    cfg = str(ROOT / "rocky-vulkan.yaml")
+    assert main(["--config", cfg, "report", str(_write(tmp_path, doc))]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "VERDICT: FAIL" in out and "says PASS without the evidence of" in out
+    assert "VERDICT: PASS" not in out
 
 
 def test_truncated_result_is_a_clear_error(tmp_path):

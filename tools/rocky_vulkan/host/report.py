@@ -10,6 +10,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from rocky_selftest.sequence import CHECK_ORDER
+
 from rocky_vulkan.config import Reference, load_config
 from rocky_vulkan.host.result_doc import (
     MODES,
@@ -404,6 +406,17 @@ def plot_serving(doc: dict[str, Any], out: Path) -> Path | None:
     return out
 
 
+# The checks a PASS needs as evidence, each present and PASS: all but the serving ones, which
+# the board skips when serve.listen is off.
+EVIDENCE_CHECKS = tuple(name for name in CHECK_ORDER if name not in ("placement", "serving"))
+
+
+def missing_evidence(checks: list[dict[str, Any]]) -> list[str]:
+    """The evidence checks that are absent or did not PASS (SKIP is no evidence)."""
+    passed = {c["name"] for c in checks if c["status"] == "PASS"}
+    return [name for name in EVIDENCE_CHECKS if name not in passed]
+
+
 def show(doc: dict[str, Any], cfg, plot_out: Path | None, console=None) -> int:
     """Print the report of a loaded result (table, plots when `plot_out`, verdict); returns the
     exit code: 0 for a passing result, 1 otherwise."""
@@ -435,11 +448,17 @@ def show(doc: dict[str, Any], cfg, plot_out: Path | None, console=None) -> int:
         tune_png = plot_out.with_name(plot_out.stem + "-tune.png") if plot_out else None
         _print_tune(console, doc["tune"], ref, tune_png)
     failed = [c["name"] for c in doc["checks"] if c["status"] != "PASS" and c["status"] != "SKIP"]
+    unproven = missing_evidence(doc["checks"])
     problems = doc["problems"]
-    if doc["verdict"] == "PASS" and not failed and not problems:
+    if doc["verdict"] == "PASS" and not failed and not unproven and not problems:
         console.print("[bold green]VERDICT: PASS[/bold green] — every check passed on the board")
         return 0
-    why = f"failed: {', '.join(failed)}" if failed else f"board verdict {doc['verdict']}"
+    if failed:
+        why = f"failed: {', '.join(failed)}"
+    elif doc["verdict"] == "PASS" and unproven:
+        why = f"the board says PASS without the evidence of: {', '.join(unproven)}"
+    else:
+        why = f"board verdict {doc['verdict']}"
     if problems:
         why += f"; {len(problems)} malformed field(s) in the result (rows marked BAD)"
     verdict = Text("VERDICT: FAIL", style="bold red")
