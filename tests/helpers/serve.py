@@ -25,6 +25,8 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -339,3 +341,18 @@ def start_unit_server(
         "keys_output": made.stdout,
     }
     return server, info
+
+
+@contextmanager
+def unit_server(tmp_path_factory, name: str, bin_dir: Path) -> Iterator[tuple]:
+    """The unit's server on the tiny model, CPU placement, for one test module: (server, info,
+    its temp dir); stopped at the end, its log path printed."""
+    from tests.helpers.selftest import make_tiny_model
+
+    tmp = tmp_path_factory.mktemp(name)
+    server, info = start_unit_server(tmp, bin_dir, make_tiny_model(tmp_path_factory), gpu=False)
+    try:
+        yield server, info, tmp
+    finally:
+        server.stop()
+        print(f"server log: {server.log}")

@@ -26,12 +26,11 @@ import pytest
 from rocky_selftest.serve_keys import cert_fingerprint
 
 from tests.helpers.llama_bin import BIN_DIR
-from tests.helpers.selftest import make_tiny_model
 from tests.helpers.serve import (
     TEXT_ONLY,
     rss_kib,
     served_fingerprint,
-    start_unit_server,
+    unit_server,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.needs_llama_bin]
@@ -45,14 +44,8 @@ RSS_GROWTH_LIMIT_KIB = 128 * 1024
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve")
-    model = make_tiny_model(tmp_path_factory)
-    server, info = start_unit_server(tmp, BIN_DIR, model, gpu=False)
-    try:
+    with unit_server(tmp_path_factory, "serve", BIN_DIR) as (server, info, tmp):
         yield server, info
-    finally:
-        server.stop()
-        print(f"server log: {server.log}")
 
 
 @pytest.fixture(scope="module")

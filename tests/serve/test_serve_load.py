@@ -23,8 +23,7 @@ import openai
 import pytest
 
 from tests.helpers.llama_bin import BIN_DIR
-from tests.helpers.selftest import make_tiny_model
-from tests.helpers.serve import TEXT_ONLY, start_unit_server
+from tests.helpers.serve import TEXT_ONLY, unit_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.needs_llama_bin]
 
@@ -35,13 +34,8 @@ LOAD_TOKENS = 16
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("load")
-    model = make_tiny_model(tmp_path_factory)
-    server, info = start_unit_server(tmp, BIN_DIR, model, gpu=False)
-    try:
+    with unit_server(tmp_path_factory, "load", BIN_DIR) as (server, info, tmp):
         yield server, info
-    finally:
-        server.stop()
 
 
 def test_bounded_concurrent_load_over_the_slots(served):

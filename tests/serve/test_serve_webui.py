@@ -17,8 +17,7 @@ import shutil
 import pytest
 
 from tests.helpers.llama_bin import BIN_DIR
-from tests.helpers.selftest import make_tiny_model
-from tests.helpers.serve import TEXT_ONLY, spki_sha256_b64, start_unit_server
+from tests.helpers.serve import TEXT_ONLY, spki_sha256_b64, unit_server
 
 pytestmark = [
     pytest.mark.slow,
@@ -34,13 +33,8 @@ PROMPT = "Say hello to the board."  # the web UI's settings in localStorage (its
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("webui")
-    model = make_tiny_model(tmp_path_factory)
-    server, info = start_unit_server(tmp, BIN_DIR, model, gpu=False)
-    try:
+    with unit_server(tmp_path_factory, "webui", BIN_DIR) as (server, info, tmp):
         yield server, info, tmp
-    finally:
-        server.stop()
 
 
 def _browser(tmp, spki: str | None):

@@ -9,7 +9,7 @@ from typing import Any
 
 from .checks import Check, failed, passed
 from .kld import tiles_used
-from .runner import run_tool
+from .runner import RunResult, run_tool
 from .settings import Settings
 
 MODES = ("tuned", "stock", "cpu")
@@ -139,18 +139,34 @@ def device_problem(s: Settings, mode: str, entry: dict[str, Any]) -> str | None:
     return None
 
 
-def run_bench(s: Settings, mode: str, ubatch: int | None, deadline: Deadline) -> dict[str, Any]:
-    """One llama-bench run, recorded whatever happens to it."""
-    cmd, env = bench_command(s, mode, ubatch)
-    record: dict[str, Any] = {"mode": mode, "ubatch": ubatch, "cmd": cmd}
+def start_record(
+    s: Settings,
+    mode: str,
+    cmd: list[str],
+    env: dict[str, str | None],
+    deadline: Deadline,
+    record: dict[str, Any],
+) -> RunResult | None:
+    """Run one llama.cpp tool within the deadline, its exit code, time and (GPU modes) tiles in
+    `record`; None, with the record FAILed, when the deadline has passed."""
     left = deadline.left()
     if left <= 1:
         record.update(status="FAIL", reason="not run: the self-test's deadline passed")
-        return record
+        return None
     res = run_tool(cmd, env, min(s.run_timeout_s, left))
     record.update(exit_code=res.returncode, elapsed_s=res.elapsed_s)
     if mode != "cpu":
         record["tiles"] = tiles_used(res.stderr)
+    return res
+
+
+def run_bench(s: Settings, mode: str, ubatch: int | None, deadline: Deadline) -> dict[str, Any]:
+    """One llama-bench run, recorded whatever happens to it."""
+    cmd, env = bench_command(s, mode, ubatch)
+    record: dict[str, Any] = {"mode": mode, "ubatch": ubatch, "cmd": cmd}
+    res = start_record(s, mode, cmd, env, deadline, record)
+    if res is None:
+        return record
     reason = res.failure()
     entry = None
     if reason is None:

@@ -14,11 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .bench import Deadline, _count, clean_entry, median
+from .bench import Deadline, _count, clean_entry, median, start_record
 from .checks import SKIP, Check, failed, passed
-from .kld import tiles_used
 from .placement import MODE_FLAGS, MODES, choose, request_seconds
-from .runner import run_tool
 from .serve_settings import DEFAULT_UBATCH, best_ubatch, gpu_ok
 from .settings import Settings
 
@@ -105,14 +103,9 @@ def run_mode(s: Settings, mode: str, ubatch: int, deadline: Deadline) -> dict[st
     """One llama-bench run in `mode`, recorded whatever happens to it."""
     cmd, env = bench_command(s, mode, ubatch)
     rec: dict[str, Any] = {"mode": mode, "ubatch": ubatch, "cmd": cmd}
-    left = deadline.left()
-    if left <= 1:
-        rec.update(status="FAIL", reason="not run: the self-test's deadline passed")
+    res = start_record(s, mode, cmd, env, deadline, rec)
+    if res is None:
         return rec
-    res = run_tool(cmd, env, min(s.run_timeout_s, left))
-    rec.update(exit_code=res.returncode, elapsed_s=res.elapsed_s)
-    if mode != "cpu":
-        rec["tiles"] = tiles_used(res.stderr)
     reason = res.failure()
     found = None
     if reason is None:

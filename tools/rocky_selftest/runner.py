@@ -58,15 +58,21 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def run_tool(cmd: list[str], env_extra: dict[str, str | None], timeout_s: float) -> RunResult:
-    """Run `cmd` with the environment plus `env_extra` (None unsets a variable); kill its whole
-    process group on timeout."""
+def merged_env(env_extra: dict[str, str | None]) -> dict[str, str]:
+    """This process's environment plus `env_extra`, where None unsets a variable."""
     env = dict(os.environ)
     for key, value in env_extra.items():
         if value is None:
             env.pop(key, None)
         else:
             env[key] = value
+    return env
+
+
+def run_tool(cmd: list[str], env_extra: dict[str, str | None], timeout_s: float) -> RunResult:
+    """Run `cmd` with the environment plus `env_extra` (None unsets a variable); kill its whole
+    process group on timeout."""
+    env = merged_env(env_extra)
     start = time.monotonic()
     # A stop signal between fork and the `try` below would raise before we know the child, and
     # leave it running: hold those signals until then (the child unblocks them before exec).

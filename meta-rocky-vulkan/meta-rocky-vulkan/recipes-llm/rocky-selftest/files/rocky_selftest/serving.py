@@ -32,7 +32,7 @@ from . import paths
 from .bench import Deadline
 from .checks import SKIP, Check, failed, passed
 from .match import PROMPT
-from .runner import STOP_SIGNALS, TAIL_CHARS, TAIL_LINES
+from .runner import STOP_SIGNALS, TAIL_CHARS, TAIL_LINES, merged_env
 from .serve_client import Api, ClientError, free_port, stream_completion
 from .serve_settings import DEFAULT_UBATCH, derive, server_command
 from .settings import Settings
@@ -74,13 +74,7 @@ class Server:
 
     def __init__(self, argv: list[str], env: dict[str, str | None], log_path: str) -> None:
         self.argv, self.log_path = argv, log_path
-        full = dict(os.environ)
-        for key, value in env.items():
-            if value is None:
-                full.pop(key, None)
-            else:
-                full[key] = value
-        self.env = full
+        self.env = merged_env(env)
         self.proc: subprocess.Popen | None = None
         self.exit_code: int | None = None
 
