@@ -15,6 +15,7 @@ from rocky_vulkan.shellquote import quote
 # Mount points whose disk is the running system: never a flash target, not even with --force.
 SYSTEM_MOUNTS = ("/", "/boot", "/boot/efi", "/boot/firmware", "/usr", "/var", "/home", "[SWAP]")
 WHOLE_DISK_TYPES = ("disk", "loop")
+MOUNTS_SHOWN = 5  # a message names this many mount points, then counts the rest
 
 
 @dataclass(frozen=True)
@@ -105,10 +106,12 @@ def refusals(disk: Disk, image_size: int, force: bool = False) -> list[Refusal]:
             )
         )
     elif mounts:
+        more = f" and {len(mounts) - MOUNTS_SHOWN} more" if len(mounts) > MOUNTS_SHOWN else ""
+        first = mounts[:MOUNTS_SHOWN]
         out.append(
             Refusal(
-                f"{disk.path} is mounted at {', '.join(shown(m, 200) for m in mounts)}",
-                "unmount it first: " + "; ".join(umount_hint(m) for m in mounts),
+                f"{disk.path} is mounted at {', '.join(shown(m, 200) for m in first)}{more}",
+                "unmount it first: " + "; ".join(umount_hint(m) for m in first) + more,
                 overridable=False,
             )
         )
