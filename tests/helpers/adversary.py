@@ -147,4 +147,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # The imported module's main: run as __main__, this file's Outcome is a second class that the
+    # area modules' outcomes (imported from tests.helpers.adversary) would not be counted under.
+    from tests.helpers import adversary
+
+    sys.exit(adversary.main(sys.argv[1:]))

@@ -100,7 +100,7 @@ def test_hostile_hosts_are_refused_before_ssh(text, monkeypatch):
     def no_ssh(*args, **kwargs):
         raise AssertionError("ssh must not run for a refused HOST")
 
-    monkeypatch.setattr(board_mod.subprocess, "Popen", no_ssh)
+    monkeypatch.setattr(subprocess, "Popen", no_ssh)
     with pytest.raises(BoardError) as err:
         parse_target(text, "rocky")
     message = str(err.value)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from rocky_vulkan.cli import main
 from rocky_vulkan.errors import UserError
-from rocky_vulkan.host import blockdev, flash
+from rocky_vulkan.host import blockdev, flash, lsblk
 from rocky_vulkan.host.bmap import bmap_for, parse_bmap, verify_device
 
 from tests.helpers.project import FIXTURES
@@ -28,7 +28,7 @@ MIB = 1024 * 1024
 
 
 def disks():
-    return blockdev.parse_lsblk(LSBLK)
+    return lsblk.parse_lsblk(LSBLK)
 
 
 def reasons(device: str, image_size: int = MIB, force: bool = False) -> list[str]:
@@ -62,7 +62,7 @@ def test_removable_card_is_accepted_without_force():
     # The captured JSON with loop0 edited to look like a USB card reader (rm/hotplug true).
     data = json.loads(LSBLK)
     data["blockdevices"][0].update(rm=True, hotplug=True, tran="usb", model="SD/MMC")
-    card = blockdev.find_target(blockdev.parse_lsblk(json.dumps(data)), "/dev/loop0")
+    card = blockdev.find_target(lsblk.parse_lsblk(json.dumps(data)), "/dev/loop0")
     assert card.removable
     assert blockdev.refusals(card, MIB) == []
 
@@ -74,7 +74,7 @@ def test_partition_and_unknown_device_are_refused():
         dict(data["blockdevices"][0], name="loop0p1", path="/dev/loop0p1", type="part")
     ]
     with pytest.raises(UserError, match="is a part, not a whole disk: flash the disk /dev/loop0"):
-        blockdev.find_target(blockdev.parse_lsblk(json.dumps(data)), "/dev/loop0p1")
+        blockdev.find_target(lsblk.parse_lsblk(json.dumps(data)), "/dev/loop0p1")
     with pytest.raises(UserError, match="flash --list"):
         blockdev.find_target(disks(), "/dev/sdz")
 
@@ -90,7 +90,7 @@ def test_a_mounted_partition_refuses_its_disk():
             mountpoints=["/media/u/root"],
         )
     ]
-    disk = blockdev.find_target(blockdev.parse_lsblk(json.dumps(data)), "/dev/loop0")
+    disk = blockdev.find_target(lsblk.parse_lsblk(json.dumps(data)), "/dev/loop0")
     assert [r.overridable for r in blockdev.refusals(disk, MIB, force=True)] == [False]
 
 
@@ -245,7 +245,7 @@ def test_real_system_disk_is_refused(tmp_path):
     gz, _ = make_image(tmp_path)
     system = [
         d
-        for d in blockdev.parse_lsblk(blockdev.run_lsblk())
+        for d in lsblk.parse_lsblk(lsblk.run_lsblk())
         if set(d.all_mountpoints()) & set(blockdev.SYSTEM_MOUNTS)
     ]
     if not system:

@@ -1,18 +1,21 @@
-"""Block devices as `lsblk --json` reports them, and why one must not be flashed."""
+"""Block devices (as host/lsblk.py reads them), and why one must not be flashed.
+
+Strings from lsblk (models, mount points) are data: every message shows them through shown(),
+and every command hint quotes them (shellquote)."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from dataclasses import dataclass
 
 from rocky_vulkan.errors import UserError
+from rocky_vulkan.host.result_doc import clean_text
+from rocky_vulkan.shellquote import quote
 
-LSBLK_COLUMNS = "NAME,PATH,SIZE,TYPE,RM,HOTPLUG,RO,MOUNTPOINTS,MODEL,TRAN"
 # Mount points whose disk is the running system: never a flash target, not even with --force.
 SYSTEM_MOUNTS = ("/", "/boot", "/boot/efi", "/boot/firmware", "/usr", "/var", "/home", "[SWAP]")
 WHOLE_DISK_TYPES = ("disk", "loop")
+MOUNTS_SHOWN = 5  # a message names this many mount points, then counts the rest
 
 
 @dataclass(frozen=True)
@@ -49,47 +52,9 @@ class Refusal:
     overridable: bool  # True: --force lifts it
 
 
-def _bool(value: object) -> bool:
-    # lsblk >= 2.33 gives JSON booleans; older ones "0"/"1" strings.
-    return value in (True, 1, "1", "true")
-
-
-def _disk(node: dict) -> Disk:
-    mounts = node.get("mountpoints")
-    if mounts is None:  # lsblk < 2.37: one MOUNTPOINT column
-        mounts = [node.get("mountpoint")]
-    return Disk(
-        name=node["name"],
-        path=node.get("path") or f"/dev/{node['name']}",
-        size=int(node.get("size") or 0),
-        type=node.get("type") or "",
-        removable=_bool(node.get("rm")) or _bool(node.get("hotplug")) or node.get("tran") == "usb",
-        read_only=_bool(node.get("ro")),
-        model=(node.get("model") or "").strip(),
-        tran=node.get("tran") or "",
-        mountpoints=tuple(m for m in mounts if m),
-        children=tuple(_disk(c) for c in node.get("children") or ()),
-    )
-
-
-def parse_lsblk(text: str) -> list[Disk]:
-    """Top-level devices from `lsblk --json -b -o LSBLK_COLUMNS` output."""
-    return [_disk(node) for node in json.loads(text)["blockdevices"]]
-
-
-def run_lsblk() -> str:
-    try:
-        proc = subprocess.run(
-            ["lsblk", "--json", "--bytes", "-o", LSBLK_COLUMNS],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except FileNotFoundError:
-        raise UserError("lsblk not found: sudo apt-get install util-linux") from None
-    except subprocess.CalledProcessError as err:
-        raise UserError(f"lsblk failed: {err.stderr.strip()}") from None
-    return proc.stdout
+def shown(value: str, limit: int = 60) -> str:
+    """A string from lsblk or the command line as one line of plain text, cut to `limit`."""
+    return clean_text(value, limit)
 
 
 def human_size(n: int) -> str:
@@ -99,27 +64,30 @@ def human_size(n: int) -> str:
 def describe(disk: Disk) -> str:
     bits = [human_size(disk.size), disk.type]
     if disk.model:
-        bits.append(disk.model)
+        bits.append(shown(disk.model, 40))
     if disk.tran:
         bits.append(disk.tran)
     bits.append("removable" if disk.removable else "fixed")
-    return f"{disk.path} ({', '.join(bits)})"
+    return f"{shown(disk.path)} ({', '.join(bits)})"
 
 
 def find_target(disks: list[Disk], device: str) -> Disk:
     """The whole disk named by `device` (symlinks such as /dev/disk/by-id/* resolved)."""
+    if "\x00" in device:
+        raise UserError(f"{shown(device)} is not a device path (it holds a NUL)")
     real = os.path.realpath(device)
     for top in disks:
         for node in top.walk():
             if real in (node.path, f"/dev/{node.name}"):
                 if node.type not in WHOLE_DISK_TYPES:
                     raise UserError(
-                        f"{device} is a {node.type}, not a whole disk: flash the disk "
-                        f"{top.path} it belongs to"
+                        f"{shown(device)} is a {node.type}, not a whole disk: flash the disk "
+                        f"{shown(top.path)} it belongs to"
                     )
                 return node
     raise UserError(
-        f"{device} is not a block device lsblk knows; `rocky-vulkan flash --list` shows candidates"
+        f"{shown(device)} is not a block device lsblk knows; `rocky-vulkan flash --list` shows "
+        "candidates"
     )
 
 
@@ -138,10 +106,12 @@ def refusals(disk: Disk, image_size: int, force: bool = False) -> list[Refusal]:
             )
         )
     elif mounts:
+        more = f" and {len(mounts) - MOUNTS_SHOWN} more" if len(mounts) > MOUNTS_SHOWN else ""
+        first = mounts[:MOUNTS_SHOWN]
         out.append(
             Refusal(
-                f"{disk.path} is mounted at {', '.join(mounts)}",
-                "unmount it first: " + "; ".join(f"sudo umount {m}" for m in mounts),
+                f"{disk.path} is mounted at {', '.join(shown(m, 200) for m in first)}{more}",
+                "unmount it first: " + "; ".join(umount_hint(m) for m in first) + more,
                 overridable=False,
             )
         )
@@ -169,6 +139,11 @@ def refusals(disk: Disk, image_size: int, force: bool = False) -> list[Refusal]:
             )
         )
     return out
+
+
+def umount_hint(mount: str) -> str:
+    """The command that unmounts `mount`, quoted for the shell (`--`: a path is never an option)."""
+    return f"sudo umount {'-- ' if mount.startswith('-') else ''}{quote(mount)}"
 
 
 def candidates(disks: list[Disk], image_size: int = 0) -> list[tuple[Disk, list[Refusal]]]:

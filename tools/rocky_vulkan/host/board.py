@@ -20,20 +20,18 @@ import hashlib
 import ipaddress
 import os
 import re
-import selectors
 import shlex
 import socket
 import ssl
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from rocky_selftest import paths as board_paths
 from rocky_selftest.results import IN_PROGRESS, RESULT_NAME
 
+from rocky_vulkan import boundedrun
 from rocky_vulkan.config import load_config
 from rocky_vulkan.errors import UserError
 from rocky_vulkan.host.result_doc import MAX_RESULT_BYTES, ResultError, clean_text, load_result
@@ -164,54 +162,21 @@ def run_bounded(cmd: list[str], limit: int, timeout: float) -> Remote:
     """Run `cmd`; keep at most `limit` bytes of stdout (stop it past that) and 64 kB of stderr;
     stop it after `timeout` seconds (BoardError)."""
     try:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
+        res = boundedrun.run_bounded(cmd, limit, timeout, MAX_STDERR_BYTES)
     except FileNotFoundError:
         raise BoardError(
             f"{cmd[0]} not found: install OpenSSH's client (Debian: sudo apt-get install "
             "openssh-client)"
         ) from None
-    out, err = bytearray(), bytearray()
-    overflow = timed_out = False
-    deadline = time.monotonic() + timeout
-    try:
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ, out)
-            sel.register(proc.stderr, selectors.EVENT_READ, err)
-            while sel.get_map() and not overflow:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    timed_out = True
-                    break
-                for key, _ in sel.select(left):
-                    chunk = os.read(key.fd, 65536)
-                    if not chunk:
-                        sel.unregister(key.fileobj)
-                        continue
-                    buf = key.data
-                    room = (limit if buf is out else MAX_STDERR_BYTES) - len(buf)
-                    buf += chunk[: max(room, 0)]
-                    overflow = overflow or (buf is out and len(chunk) > room)
-    finally:
-        if proc.poll() is None and (overflow or timed_out):
-            proc.kill()
-        proc.stdout.close()
-        proc.stderr.close()
-        try:
-            rc = proc.wait(timeout=max(deadline - time.monotonic(), 5))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
-    if timed_out:
+    if res.timed_out:
         raise BoardError(
             f"no complete answer within {timeout:.0f} s: the board or the network is too slow "
             "or hangs. Fix: try again, or give a longer --timeout"
         )
     # ssh's own messages and the board's: each line as text, the last 20 kept.
-    lines = err.decode("utf-8", "replace").replace("\r", "\n").splitlines()
+    lines = res.err.decode("utf-8", "replace").replace("\r", "\n").splitlines()
     text = "\n".join([clean_text(ln, 300) for ln in lines if ln.strip()][-20:])
-    return Remote(rc, bytes(out), text, overflow)
+    return Remote(res.rc, res.out, text, res.overflow)
 
 
 def ssh_failure(target: Target, res: Remote, opts: SshOptions) -> BoardError:

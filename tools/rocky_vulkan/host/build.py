@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocky_vulkan import shellquote
 from rocky_vulkan.config import Config, load_config
 from rocky_vulkan.errors import UserError
 from rocky_vulkan.host import buildlog, doctor, sshkey
@@ -68,10 +69,15 @@ def stray_caches(build: Path, env: dict[str, str]) -> list[str]:
         notes.append(
             f"{plain} holds what a plain `kas build` put there ({var} was not set), but this "
             f"build uses {var}={used}. To reuse it, stop and either move its contents into "
-            f"{used}, or `export {var}={plain}` for every later build, `kas build` and "
-            "`rocky-vulkan build` alike"
+            f"{used}, or `export {var}={shellquote.quote(plain)}` for every later build, "
+            "`kas build` and `rocky-vulkan build` alike"
         )
     return notes
+
+
+def flash_hint(wic: Path) -> str:
+    """The flash command for the built image, quoted for the shell (/dev/sdX: the user's card)."""
+    return f"rocky-vulkan flash {shellquote.quote(wic)} /dev/sdX"
 
 
 def login_line(cfg: Config, machine: str) -> str | None:
@@ -311,7 +317,7 @@ def _run(args: argparse.Namespace) -> int:
     cmd = kas_command(find_kas(args.container, env), config_arg, args.container, env)
     build = build_dir(cfg, env)
     print(f"DL_DIR={env['DL_DIR']}\nSSTATE_DIR={env['SSTATE_DIR']}\nbuild dir: {build}")
-    print("running: " + " ".join(cmd))
+    print("running: " + shellquote.join(cmd))
     for var in ("DL_DIR", "SSTATE_DIR"):
         Path(env[var]).mkdir(parents=True, exist_ok=True)
     for note in stray_caches(build, env):
@@ -333,7 +339,7 @@ def _run(args: argparse.Namespace) -> int:
             f"{build}/tmp*/deploy/images/{machine}/; read {log_path}"
         )
     print(f"image: {images.wic}\nbmap:  {images.bmap}")
-    print(f"next:  rocky-vulkan flash {images.wic} /dev/sdX   (see `rocky-vulkan flash --list`)")
+    print(f"next:  {flash_hint(images.wic)}   (see `rocky-vulkan flash --list`)")
     print(f"login: {login}" if login else f"login: serial console or HDMI only ({NO_LOGIN_SHORT})")
     return 0
 

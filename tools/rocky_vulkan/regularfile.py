@@ -1,0 +1,76 @@
+"""Open or read a file the user named only if it is a regular file: never block on a FIFO, never
+read a device, never read more than a bound. Symlinks are followed (Yocto's deploy folder links
+the dated images), but to a regular file only.
+
+NotReadable says what is wrong with the file, not what to do: the caller knows what the file was
+meant to be and adds the fix."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from rocky_vulkan.errors import UserError
+
+
+class NotReadable(UserError):
+    """`path` cannot be read as a regular file. `why` is one of "missing", "denied", "open" (other
+    errors of open, e.g. a symlink loop), "type" (not a regular file), "size" (over the bound),
+    "read"; `detail` is the file kind, the size or the system's words."""
+
+    def __init__(self, path: Path, why: str, detail: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path, self.why, self.detail, self.problem = path, why, detail, problem
+
+
+def file_kind(mode: int) -> str | None:
+    """What a non-regular file is, in words; None for a regular file."""
+    for test, name in (
+        (stat.S_ISREG, None),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: Path) -> int:
+    """A read-only descriptor of the regular file at `path` (checked with fstat on the opened
+    file, so a swap after the check cannot slip a device in); the caller closes it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NotReadable(path, "missing", "", "no such file") from None
+    except PermissionError:
+        raise NotReadable(path, "denied", "", "permission denied") from None
+    except (OSError, ValueError) as err:  # ValueError: a NUL in the name
+        words = getattr(err, "strerror", None) or str(err)
+        raise NotReadable(path, "open", words, f"cannot open it ({words})") from None
+    kind = file_kind(os.fstat(fd).st_mode)
+    if kind:
+        os.close(fd)
+        raise NotReadable(path, "type", kind, f"is {kind}, not a regular file")
+    return fd
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file at `path`, at most `limit` of them (NotReadable past it)."""
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise NotReadable(path, "size", str(size), f"{size} bytes, more than {limit}")
+        try:
+            data = fh.read(limit + 1)
+        except OSError as err:
+            raise NotReadable(
+                path, "read", err.strerror or "", f"cannot read it ({err.strerror})"
+            ) from None
+    if len(data) > limit:  # grew while we looked
+        raise NotReadable(path, "size", f"over {limit}", f"over {limit} bytes")
+    return data
