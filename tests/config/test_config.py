@@ -71,8 +71,8 @@ BAD_CASES = [
     ("  repetitions: 3", "  repetitions: three", "selftest.repetitions", "integer"),
     ("  build_number: 9101", "  build_number: '9101'", "llama_cpp.build_number", "release number"),
     (
-        "  patches: [mesa-panvk-shared-tls-wls.patch]\n\nllama_cpp",
-        "  patches: [missing.patch]\n\nllama_cpp",
+        "    - mesa-0001-panvk-csf-compute-jobs-tls-size.patch\n",
+        "    - missing.patch\n",
         "mesa.patches[0]",
         "'missing.patch' is not in",
     ),

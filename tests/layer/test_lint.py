@@ -83,6 +83,28 @@ def test_patch_hygiene():
     assert any("format-patch" in p for p in lint.patch_problems(GOOD_PATCH.split("\n", 1)[1]))
 
 
+def test_upstream_patches_need_no_upstream_status_but_the_rest(project):
+    # patches/upstream/ holds patches for sending upstream: no recipe applies them, so OE's
+    # Upstream-Status is not asked for there; the shipped patches in patches/ still need it.
+    no_status = GOOD_PATCH.replace("Upstream-Status: Pending\n", "")
+    assert lint.upstream_patch_problems(no_status) == []
+    assert any(
+        "Signed-off-by" in p
+        for p in lint.upstream_patch_problems(no_status.replace("Signed-off-by:", "Acked-by:"))
+    )
+    upstream = project / "patches" / "upstream"
+    upstream.mkdir(exist_ok=True)
+    (upstream / "x-good.patch").write_text(no_status)
+    (upstream / "x-bad.patch").write_text(no_status.split("\n", 1)[1])
+    (project / "patches" / "x-shipped.patch").write_text(no_status)
+    findings = lint.check_patches(load_config(project / "rocky-vulkan.yaml")).findings
+    assert [f for f in findings if "x-" in f] == [
+        "patches/x-shipped.patch: no valid `Upstream-Status:` line",
+        "patches/upstream/x-bad.patch: not in `git format-patch` form "
+        "(From <sha>/Subject: header missing)",
+    ]
+
+
 def test_cli_lint_exit_codes(project, capsys):
     cfg = str(project / "rocky-vulkan.yaml")
     assert main(["--config", cfg, "lint"]) == 0

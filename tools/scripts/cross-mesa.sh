@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Meson rehearsal of the Mesa recipes outside bitbake (issue 21, item 4): the Mesa 26.2 tree with
-# patches/mesa-panvk-shared-tls-wls.patch applied by GNU patch --fuzz=0, then `meson setup` with
+# the series patches/mesa-0*.patch applied in order by GNU patch --fuzz=0, then `meson setup` with
 # exactly the arguments bitbake -e gives meson_do_configure, first for mesa-tools-native (build
 # host, then its mesa_clc, vtn_bindgen2 and panfrost_compile are built, as the target needs them
 # with -Dmesa-clc=system -Dprecomp-compiler=system), then for mesa (aarch64 cross file).
 #
 #   tools/scripts/cross-mesa.sh [root|tree|native|target|driver|all] [DUMP_DIR]
 #
-#   root    make the build root (below); tree: export the Mesa tree and apply the patch (root
+#   root    make the build root (below); tree: export the Mesa tree and apply the series (root
 #   first if missing); native: mesa-tools-native setup and its three tools; target: mesa setup;
-#   all (default): tree, native, target (setup, then the four patched files compiled for aarch64);
+#   all (default): tree, native, target (setup, then the patched files compiled for aarch64: the
+#   four CSF/device .c files for v10, and the two JM users of the changed prototype for v7);
 #   driver (optional, not in all): libvulkan_panfrost.so for aarch64. Each stage but driver
 #   starts its own outputs afresh.
 # DUMP_DIR: holds mesa.env and mesa-tools-native.env from `bitbake -e` of the real layer set
@@ -42,7 +43,8 @@ DUMPS=${2:-/var/tmp/yocto-compat/env2/rock-5-itx}
 ROOT=$CACHE/cross/mesa-root
 MESA_GIT=${MESA_GIT:-/work/.mirror/leegao+mesa-26.2/repo}
 MESA_COMMIT=${MESA_COMMIT:-3c34d70f234f43053eeda159dd16958190280310}
-PATCH=$REPO/patches/mesa-panvk-shared-tls-wls.patch
+# The series in file-name order, which is the order of mesa.patches in rocky-vulkan.yaml.
+PATCHES=("$REPO"/patches/mesa-0*.patch)
 JOBS=${MESA_JOBS:-2}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 LLVM=22
@@ -143,20 +145,26 @@ cmd_tree() {
 	step "versions"
 	cat "$ROOT/.rocky-cross-versions"
 	echo "Mesa tree: $MESA_GIT $MESA_COMMIT, VERSION $(git --git-dir="$MESA_GIT" show "$MESA_COMMIT:VERSION")"
-	echo "patch: $PATCH (sha256 $(sha256sum "$PATCH" | cut -c1-16)...)"
+	local p
+	for p in "${PATCHES[@]}"; do echo "patch: $p (sha256 $(sha256sum "$p" | cut -c1-16)...)"; done
 	echo "dumps: $DUMPS ($(grep -m1 -o 'PV="[^"]*"' "$DUMPS/mesa.env"))"
 
 	mkdir -p "$ROOT/work"
 	step "tree: export, then patch -p1 --fuzz=0 (GNU patch, as OE's do_patch)"
 	local src=$SRC
 	export_tree "$MESA_GIT" "$MESA_COMMIT" "$ROOT$src"
-	cp "$PATCH" "$ROOT/work/"
-	in_root sh -c "cd $src && patch --version | sed -n 1p && patch -p1 --fuzz=0 < /work/$(basename "$PATCH")"
-	echo "$MESA_COMMIT $(sha256sum "$PATCH" | cut -d' ' -f1)" >"$ROOT$src/.rocky-tree"
+	in_root sh -c "cd $src && patch --version | sed -n 1p"
+	for p in "${PATCHES[@]}"; do
+		cp "$p" "$ROOT/work/"
+		in_root sh -c "cd $src && patch -p1 --fuzz=0 < /work/$(basename "$p")"
+	done
+	echo "$MESA_COMMIT $(series_sum)" >"$ROOT$src/.rocky-tree"
 }
 
+series_sum() { cat "${PATCHES[@]}" | sha256sum | cut -d' ' -f1; }
+
 check_tree() {
-	[ "$(cat "$ROOT$SRC/.rocky-tree" 2>/dev/null)" = "$MESA_COMMIT $(sha256sum "$PATCH" | cut -d' ' -f1)" ] \
+	[ "$(cat "$ROOT$SRC/.rocky-tree" 2>/dev/null)" = "$MESA_COMMIT $(series_sum)" ] \
 		|| die "no patched tree of $MESA_COMMIT at $ROOT$SRC: run '$0 tree' first"
 }
 
@@ -219,10 +227,13 @@ cmd_target() {
 		>"$ROOT$tw/setup.log" 2>&1 || { tail -40 "$ROOT$tw/setup.log"; die "mesa meson setup failed"; }
 	grep -E "^Host machine cpu|^Build machine cpu|Program (mesa_clc|vtn_bindgen2|panfrost_compile) found|Run-time dependency (libdrm|wayland-client|expat|zlib)" "$ROOT$tw/setup.log" || true
 	sed -n '/^mesa 26/,$p' "$ROOT$tw/setup.log"
-	step "mesa: compile the patched files for aarch64, panvk v10 (the G610's arch) (-j$JOBS)"
+	step "mesa: compile the patched files for aarch64, panvk v10 (the G610's arch), and v7's JM users of the changed prototype (-j$JOBS)"
 	local objs=() f
 	for f in csf_panvk_vX_cmd_buffer csf_panvk_vX_cmd_dispatch csf_panvk_vX_cmd_precomp panvk_vX_device; do
 		objs+=("src/panfrost/vulkan/libpanvk_v10.a.p/$f.c.o")
+	done
+	for f in jm_panvk_vX_cmd_dispatch jm_panvk_vX_cmd_precomp; do
+		objs+=("src/panfrost/vulkan/libpanvk_v7.a.p/$f.c.o")
 	done
 	in_root nice -n 10 ninja -C "$tw/build" -j "$JOBS" "${objs[@]}" >"$ROOT$tw/build-patched.log" 2>&1 \
 		|| { tail -40 "$ROOT$tw/build-patched.log"; die "compiling the patched files failed"; }

@@ -180,12 +180,26 @@ def patch_problems(text: str) -> list[str]:
     return problems
 
 
+# patches/upstream/: patches for sending to their project, which no recipe applies.
+UPSTREAM_DIR_NAME = "upstream"
+
+
+def upstream_patch_problems(text: str) -> list[str]:
+    """What keeps a patch meant for sending upstream (not shipped) from being sendable: the
+    rules of `patch_problems` but `Upstream-Status:`, an OE tag for patches a layer carries."""
+    return [p for p in patch_problems(text) if "Upstream-Status" not in p]
+
+
 def check_patches(cfg: Config) -> CheckResult:
     result = CheckResult("patch hygiene")
     patch_dir = cfg.root / PATCH_DIR_NAME
     for path in sorted(patch_dir.glob("*.patch")) if patch_dir.is_dir() else []:
         for problem in patch_problems(path.read_text(errors="replace")):
             result.findings.append(f"{PATCH_DIR_NAME}/{path.name}: {problem}")
+    upstream_dir = patch_dir / UPSTREAM_DIR_NAME
+    for path in sorted(upstream_dir.glob("*.patch")) if upstream_dir.is_dir() else []:
+        for problem in upstream_patch_problems(path.read_text(errors="replace")):
+            result.findings.append(f"{PATCH_DIR_NAME}/{UPSTREAM_DIR_NAME}/{path.name}: {problem}")
     return result
 
 

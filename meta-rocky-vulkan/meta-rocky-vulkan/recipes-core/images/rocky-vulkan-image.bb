@@ -34,7 +34,7 @@ IMAGE_FSTYPES = "wic.gz wic.bmap"
 # model's licence must be accepted by whoever builds (OE's LICENSE_FLAGS, see rocky-model).
 ROCKY_MODEL_LICENSE_FLAG = "qwen-research"
 ROCKY_MODEL_TERMS_OK = "${@bb.utils.contains_any('LICENSE_FLAGS_ACCEPTED', '${ROCKY_MODEL_LICENSE_FLAG} ${ROCKY_MODEL_LICENSE_FLAG}_rocky-model', 'yes', 'no', d)}"
-ROCKY_WRONG_DISTRO = "needs DISTRO = rocky-vulkan (its Mesa pin and panvk patch); build it with kas/base.yml"
+ROCKY_WRONG_DISTRO = "needs DISTRO = rocky-vulkan (its Mesa pin and panvk patches); build it with kas/base.yml"
 ROCKY_MODEL_TERMS_MSG = "the model's licence is not accepted: read its terms (rocky-model's HOMEPAGE), then add LICENSE_FLAGS_ACCEPTED += '${ROCKY_MODEL_LICENSE_FLAG}' to your configuration, e.g. kas build kas/<machine>.yml:kas/model-licence.yml"
 SKIP_RECIPE[rocky-vulkan-image] = "${@d.getVar('ROCKY_WRONG_DISTRO') if d.getVar('DISTRO') != 'rocky-vulkan' else (d.getVar('ROCKY_MODEL_TERMS_MSG') if d.getVar('ROCKY_MODEL_TERMS_OK') != 'yes' else '')}"
 
