@@ -563,7 +563,7 @@ def _record_case(kind: str) -> Result:
         project = _rendered(tmp)
         outside = tmp / "outside.txt"
         outside.write_text("outside")
-        record = project / getattr(manifest, "RECORD", f"{manifest.LAYER_DIR}/rendered-files.txt")
+        record = project / manifest.RECORD
         if record.is_file():
             record.unlink()
         RECORD_KINDS[kind](record, outside)

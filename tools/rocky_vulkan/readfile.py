@@ -72,7 +72,9 @@ def read_regular(path: Path, limit: int, what: str) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise fail(f"is {_kind(info.st_mode)}, not a regular file; pass the {what} file itself")
         if info.st_size > limit:
-            raise fail(f"{info.st_size} bytes; a {what} file is at most {limit}: the right file?")
+            raise fail(
+                f"{info.st_size} bytes; a {what} file is at most {limit}: is it the right file?"
+            )
         try:
             data = fh.read(limit + 1)
         except OSError as err:
