@@ -71,7 +71,7 @@ def test_patches_listed_in_config_are_copied_and_wired(project):
     assert "file://0001-test.patch" in recipe
 
 
-def test_check_fails_with_diff_on_drift_and_passes_after_render(project, capsys):
+def test_check_fails_with_diff_on_drift_and_render_keeps_files_it_never_made(project, capsys):
     cfg_path = str(project / "rocky-vulkan.yaml")
     machine_conf = project / "meta-rocky-vulkan/meta-rocky-vulkan-bsp/conf/machine/rock-5-itx.conf"
     machine_conf.write_text(machine_conf.read_text() + "# hand edit\n")
@@ -81,8 +81,13 @@ def test_check_fails_with_diff_on_drift_and_passes_after_render(project, capsys)
     out = capsys.readouterr().out
     assert "-# hand edit" in out
     assert "--- a/kas/stray.yml" in out
-    assert main(["--config", cfg_path, "render"]) == 0
-    assert not stray.exists()
+    # A file no render made is the user's: render refuses to delete it, naming it.
+    assert main(["--config", cfg_path, "render"]) == 2
+    assert "kas/stray.yml" in capsys.readouterr().err
+    assert stray.is_file() and "# hand edit" in machine_conf.read_text()
+    stray.unlink()
+    assert main(["--config", cfg_path, "render"]) == 0  # render's own edited file: replaced
+    assert "# hand edit" not in machine_conf.read_text()
     assert main(["--config", cfg_path, "render", "--check"]) == 0
 
 

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import functools
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import jsonschema
 import yaml
 
 from rocky_vulkan.errors import UserError
+from rocky_vulkan.readfile import ReadError, read_regular, shown
 
 PATCH_DIR_NAME = "patches"
 REQUIRED_REPOS = ("bitbake", "openembedded-core", "meta-arm", "meta-rockchip")
@@ -26,6 +30,18 @@ REQUIRED_REPOS = ("bitbake", "openembedded-core", "meta-arm", "meta-rockchip")
 MAX_CONFIG_BYTES = 1 << 20
 MAX_DEPTH = 20
 MAX_NODES = 20_000
+# The longest number literal a config needs (its numbers have at most 7 digits): a longer one
+# stays text (_LongNumber) and the schema refuses it naming the field. Converting it would
+# fail (int() of over 4300 digits raises) or overflow (a 400-digit int is no float).
+MAX_NUMBER_CHARS = 32
+
+# Query and fragment parameters that carry a credential (tokens, passwords, signed URLs of S3,
+# Google Cloud Storage and Azure).
+SECRET_PARAMS = frozenset(
+    """token access_token id_token auth auth_token private_token api_key apikey key password
+    passwd pwd secret client_secret sig signature x-amz-signature x-amz-credential
+    x-amz-security-token x-goog-signature x-goog-credential""".split()
+)
 
 # Accounts and groups an OE image already has (base-passwd, systemd, openssh, the self-test's
 # rocky-selftest, ...): the image
@@ -171,7 +187,9 @@ class Config:
 
     @property
     def root(self) -> Path:
-        """The project root: the folder holding the config file."""
+        """The project folder: the folder the config's path names (for a config that is a
+        symlink, the link's folder, not its target's). Render writes only here, and our
+        patches are read from here."""
         return self.path.parent
 
     def patch_paths(self, names: tuple[str, ...]) -> list[Path]:
@@ -231,9 +249,28 @@ def _check_events(text: str) -> None:
             depth -= 1
 
 
+class _LongNumber:
+    """A number literal longer than MAX_NUMBER_CHARS, not converted: no schema type matches it,
+    so validation refuses it naming the field."""
+
+    def __init__(self, text: str) -> None:
+        self.chars = len(text)
+
+    def __repr__(self) -> str:
+        return f"a number of {self.chars} characters"
+
+
 class _UniqueKeyLoader(_BaseLoader):  # type: ignore[misc, valid-type]
     """A safe loader that refuses duplicate keys instead of silently keeping the last one, and
-    keys that are not plain scalars. Run _check_events on the text first."""
+    keys that are not plain scalars, and leaves over-long numbers unconverted (_LongNumber).
+    Run _check_events on the text first."""
+
+    def construct_number(self, node: yaml.ScalarNode) -> Any:
+        if len(node.value) > MAX_NUMBER_CHARS:
+            return _LongNumber(node.value)
+        if node.tag.endswith(":int"):
+            return self.construct_yaml_int(node)
+        return self.construct_yaml_float(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen = set()
@@ -249,6 +286,10 @@ class _UniqueKeyLoader(_BaseLoader):  # type: ignore[misc, valid-type]
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+for _tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+    _UniqueKeyLoader.add_constructor(_tag, _UniqueKeyLoader.construct_number)
 
 
 def parse_yaml(text: str) -> Any:
@@ -267,7 +308,7 @@ def _is_number(checker: Any, instance: Any) -> bool:
     """A finite int or float (no .nan/.inf: they cannot be written as JSON), not a bool."""
     if isinstance(instance, bool) or not isinstance(instance, int | float):
         return False
-    return math.isfinite(instance)
+    return isinstance(instance, int) or math.isfinite(instance)  # (no float() of a big int)
 
 
 def _fullmatch_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
@@ -280,7 +321,10 @@ def _fullmatch_pattern(validator: Any, pattern: str, instance: Any, schema: Any)
 def _short(value: Any, limit: int = 60) -> str:
     """repr() cut to `limit` characters, so a 1 MB value does not flood the message."""
     text = repr(value)
-    return text if len(text) <= limit else text[: limit - 5] + "...'" + f" ({len(value)} chars)"
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value)} chars)" if isinstance(value, str) else ""
+    return text[: limit - 5] + "...'" + size
 
 
 _CHECKER = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
@@ -331,7 +375,7 @@ def _validate(data: Any, source: Path) -> None:
     errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = "\n  ".join(_describe(_leaf(e)) for e in errors)
-        raise ConfigError(f"{source}: invalid config:\n  {lines}")
+        raise ConfigError(f"{shown(source)}: invalid config:\n  {lines}")
 
 
 def _leaf(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
@@ -360,7 +404,51 @@ def _check_finite(data: dict[str, Any], source: Path) -> None:
     bad = _non_finite(data)
     if bad:
         lines = "\n  ".join(f"{field}: expected a finite number, not .nan or .inf" for field in bad)
-        raise ConfigError(f"{source}: invalid config:\n  {lines}")
+        raise ConfigError(f"{shown(source)}: invalid config:\n  {lines}")
+
+
+def url_secret(text: str) -> str | None:
+    """What in the URL `text` is a credential (a user name or password, a token or signature
+    parameter), or None; None for text that is no URL."""
+    if not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text):
+        return None
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return None  # not a URL the schema lets through
+    if "@" in parts.netloc:
+        return "a user name or password (user:password@host)"
+    for params in (parts.query, parts.fragment):
+        for name, _ in parse_qsl(params, keep_blank_values=True):
+            if name.lower() in SECRET_PARAMS:
+                return f"a credential parameter ({name}=)"
+    return None
+
+
+def _secrets(value: Any, path: tuple = ()) -> list[str]:
+    """'field: what' for each string of the data that is a URL with a credential."""
+    if isinstance(value, str):
+        what = url_secret(value)
+        return [f"{_field_path(path)}: the URL holds {what}"] if what else []
+    if isinstance(value, dict):
+        return [f for k, v in value.items() for f in _secrets(v, (*path, k))]
+    if isinstance(value, list):
+        return [f for i, v in enumerate(value) for f in _secrets(v, (*path, i))]
+    return []
+
+
+def _check_secrets(data: Any, source: Path) -> None:
+    """Before the schema (whose messages show values): a credential in a URL is refused without
+    showing it; the config is committed and its URLs are copied into the layer."""
+    bad = _secrets(data)
+    if bad:
+        raise ConfigError(
+            f"{shown(source)}: invalid config:\n  "
+            + "\n  ".join(bad)
+            + "\n  Credentials never go in rocky-vulkan.yaml (it is committed, and its URLs are "
+            "copied into the layer): write the plain URL and put the login in ~/.netrc on the "
+            "machine that downloads, or use a git credential helper"
+        )
 
 
 def _check_references(data: dict[str, Any], source: Path) -> None:
@@ -391,16 +479,22 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
         if problem:
             problems.append(f"image.ssh_authorized_keys[{i}]: {problem}")
     problems += _model_problems(data)
+    # Here, not at the top: the layer package (render's outputs) imports this module.
+    from rocky_vulkan.layer import reserved
+
+    problems += reserved.problems(data)
     patch_dir = source.parent / PATCH_DIR_NAME
     for section in ("mesa", "llama_cpp"):
         for i, patch in enumerate(data[section]["patches"]):
-            if not (patch_dir / patch).is_file():
+            path = patch_dir / patch
+            if not path.is_file():
                 problems.append(
-                    f"{section}.patches[{i}]: {patch!r} is not in {patch_dir}; "
-                    "add the file or drop the entry"
+                    f"{section}.patches[{i}]: {patch!r} is "
+                    + ("not a regular file" if os.path.lexists(path) else "not")
+                    + f" in {shown(patch_dir)}; add the file or drop the entry"
                 )
     if problems:
-        raise ConfigError(f"{source}: invalid config:\n  " + "\n  ".join(problems))
+        raise ConfigError(f"{shown(source)}: invalid config:\n  " + "\n  ".join(problems))
 
 
 def _model_problems(data: dict[str, Any]) -> list[str]:
@@ -526,29 +620,35 @@ def _build(data: dict[str, Any], source: Path) -> Config:
 
 
 def load_config(path: str | Path) -> Config:
-    """Read, validate and freeze the config at `path`; raise ConfigError naming what is wrong."""
-    source = Path(path).resolve()
+    """Read, validate and freeze the config at `path`; raise ConfigError naming what is wrong.
+
+    The path is made absolute but not resolved: the project is the folder it names (Config.root),
+    also when the config file is a symlink to another project's."""
+    source = Path(path).absolute()
+    where = shown(source)
     try:
-        if source.is_file() and source.stat().st_size > MAX_CONFIG_BYTES:
+        raw = read_regular(source, MAX_CONFIG_BYTES, "config")
+    except ReadError as err:
+        if err.errno == errno.ENOENT:
             raise ConfigError(
-                f"{source}: {source.stat().st_size} bytes; a config is a few kB "
-                f"(at most {MAX_CONFIG_BYTES})"
-            )
-        text = source.read_text(encoding="utf-8")
-    except FileNotFoundError:
+                f"{where}: config file not found; run from the project root or pass --config PATH"
+            ) from None
+        raise ConfigError(str(err)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
         raise ConfigError(
-            f"{source}: config file not found; run from the project root or pass --config PATH"
+            f"{where}: cannot read config: not UTF-8 text ({err.reason} at byte {err.start})"
         ) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{source}: cannot read config: {err}") from None
     try:
         data = parse_yaml(text)
     except ConfigError as err:
-        raise ConfigError(f"{source}: {err}") from None
+        raise ConfigError(f"{where}: {err}") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{source}: not valid YAML: {err}") from None
+        raise ConfigError(f"{where}: not valid YAML: {err}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a mapping of settings at the top level")
+        raise ConfigError(f"{where}: expected a mapping of settings at the top level")
+    _check_secrets(data, source)
     _validate(data, source)
     _check_finite(data, source)
     _check_references(data, source)

@@ -17,7 +17,7 @@ from rocky_vulkan.config import Config, load_config
 from rocky_vulkan.errors import UserError
 from rocky_vulkan.host import buildlog, doctor, sshkey
 from rocky_vulkan.layer import lint
-from rocky_vulkan.layer.manifest import KAS_DIR, model_licence_url
+from rocky_vulkan.layer.manifest import KAS_BUILD_DIR, KAS_DIR, model_licence_url
 from rocky_vulkan.layer.render import write_rendered
 
 IMAGE_NAME = "rocky-vulkan-image"
@@ -178,7 +178,7 @@ def kas_command(
 
 
 def build_dir(cfg: Config, environ: dict[str, str]) -> Path:
-    return Path(environ.get("KAS_BUILD_DIR") or cfg.root / "build")
+    return Path(environ.get("KAS_BUILD_DIR") or cfg.root / KAS_BUILD_DIR)
 
 
 def find_images(build: Path, machine: str) -> Images | None:

@@ -3,20 +3,38 @@
 from __future__ import annotations
 
 import difflib
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from rocky_vulkan.layer.manifest import MAX_COPIED_BYTES
+from rocky_vulkan.readfile import read_regular
+
 
 def read_tree(root: Path, tops: Iterable[str]) -> dict[str, bytes]:
-    """Every file under the folders `tops` of `root`, by path relative to root."""
+    """Every entry under the folders `tops` of `root` but folders, by path relative to root:
+    a regular file's bytes (bounded), for anything else (a link, a FIFO, a top that is no
+    folder) a line saying what it is, which no render writes, so --check reports it. Links
+    are not followed and nothing but regular files is opened."""
     found = {}
     for top in tops:
         base = root / top
-        if base.is_dir():
-            for path in sorted(base.rglob("*")):
-                if path.is_file():
-                    found[path.relative_to(root).as_posix()] = path.read_bytes()
-    return found
+        if not os.path.lexists(base):
+            continue
+        if base.is_symlink() or not base.is_dir():
+            found[top] = b"(not a folder)\n"
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            for name in sorted(dirnames + filenames):
+                path = Path(dirpath, name)
+                mode = os.lstat(path).st_mode
+                rel = path.relative_to(root).as_posix()
+                if stat.S_ISREG(mode):
+                    found[rel] = read_regular(path, MAX_COPIED_BYTES, "rendered")
+                elif not stat.S_ISDIR(mode):
+                    found[rel] = b"(not a regular file)\n"
+    return dict(sorted(found.items()))
 
 
 def diff_trees(current: dict[str, bytes], fresh: dict[str, bytes]) -> str:
