@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rocky_vulkan.config import ConfigError, load_config, url_secret
 from rocky_vulkan.layer import manifest, reserved
-from rocky_vulkan.readfile import ReadError, read_regular
+from rocky_vulkan.regularfile import NotReadable, read_regular
 
 from tests.helpers import adversary, hostile_files
 from tests.helpers.project import ROOT
@@ -153,13 +153,13 @@ def test_read_regular_reads_up_to_the_limit_and_no_further(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(b"x" * 100)
     assert read_regular(path, 100, "test") == b"x" * 100
-    with pytest.raises(ReadError, match="100 bytes; a test file is at most 99"):
+    with pytest.raises(NotReadable, match="100 bytes, more than 99; a test file is at most 99"):
         read_regular(path, 99, "test")
 
 
 def test_read_regular_bounds_a_file_that_claims_no_size():
     # /proc files say st_size 0: the read itself stops at the limit.
-    with pytest.raises(ReadError, match="over 10 bytes"):
+    with pytest.raises(NotReadable, match="over 10 bytes"):
         read_regular(Path("/proc/self/status"), 10, "status")
 
 
@@ -171,6 +171,6 @@ def test_read_regular_never_opens_a_device_or_fifo(tmp_path):
         (Path("/dev/zero"), "character device"),
         (tmp_path, "directory"),
     ):
-        with pytest.raises(ReadError, match=kind) as err:
+        with pytest.raises(NotReadable, match=kind) as err:
             read_regular(path, 10, "test")
         assert str(err.value).startswith(f"{path}: ")

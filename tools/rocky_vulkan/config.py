@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import errno
 import functools
 import json
 import math
@@ -20,7 +19,7 @@ import jsonschema
 import yaml
 
 from rocky_vulkan.errors import UserError
-from rocky_vulkan.readfile import ReadError, read_regular, shown
+from rocky_vulkan.regularfile import NotReadable, read_regular, shown
 
 PATCH_DIR_NAME = "patches"
 REQUIRED_REPOS = ("bitbake", "openembedded-core", "meta-arm", "meta-rockchip")
@@ -628,8 +627,8 @@ def load_config(path: str | Path) -> Config:
     where = shown(source)
     try:
         raw = read_regular(source, MAX_CONFIG_BYTES, "config")
-    except ReadError as err:
-        if err.errno == errno.ENOENT:
+    except NotReadable as err:
+        if err.why == "missing":
             raise ConfigError(
                 f"{where}: config file not found; run from the project root or pass --config PATH"
             ) from None

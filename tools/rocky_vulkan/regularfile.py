@@ -2,8 +2,8 @@
 read a device, never read more than a bound. Symlinks are followed (Yocto's deploy folder links
 the dated images), but to a regular file only.
 
-NotReadable says what is wrong with the file, not what to do: the caller knows what the file was
-meant to be and adds the fix."""
+NotReadable says what is wrong with the file; read_regular adds the fix for the kind of file the
+caller wanted, other callers add their own. Paths in messages go through shown()."""
 
 from __future__ import annotations
 
@@ -13,6 +13,16 @@ from pathlib import Path
 
 from rocky_vulkan.errors import UserError
 
+MAX_SHOWN = 300
+
+
+def shown(path: Path | str) -> str:
+    """A path for a message: control characters as escapes, so a name cannot drive the
+    terminal, and at most MAX_SHOWN characters of it."""
+    text = str(path)
+    text = text if text.isprintable() else ascii(text)[1:-1]
+    return text if len(text) <= MAX_SHOWN else f"{text[: MAX_SHOWN - 20]}...{text[-17:]}"
+
 
 class NotReadable(UserError):
     """`path` cannot be read as a regular file. `why` is one of "missing", "denied", "open" (other
@@ -20,7 +30,7 @@ class NotReadable(UserError):
     "read"; `detail` is the file kind, the size or the system's words."""
 
     def __init__(self, path: Path, why: str, detail: str, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
+        super().__init__(f"{shown(path)}: {problem}")
         self.path, self.why, self.detail, self.problem = path, why, detail, problem
 
 
@@ -40,9 +50,13 @@ def file_kind(mode: int) -> str | None:
 
 
 def open_regular(path: Path) -> int:
-    """A read-only descriptor of the regular file at `path` (checked with fstat on the opened
-    file, so a swap after the check cannot slip a device in); the caller closes it."""
+    """A read-only descriptor of the regular file at `path`; the caller closes it. Checked with
+    stat before opening (opening a device can have effects) and with fstat on the opened file, so
+    a swap between the two cannot slip a device or a FIFO in."""
     try:
+        kind = file_kind(os.stat(path).st_mode)
+        if kind:
+            raise NotReadable(path, "type", kind, f"is {kind}, not a regular file")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise NotReadable(path, "missing", "", "no such file") from None
@@ -74,3 +88,19 @@ def read_bounded(path: Path, limit: int) -> bytes:
     if len(data) > limit:  # grew while we looked
         raise NotReadable(path, "size", f"over {limit}", f"over {limit} bytes")
     return data
+
+
+def read_regular(path: Path, limit: int, what: str) -> bytes:
+    """read_bounded, with the fix for a `what` file (e.g. "config") added to NotReadable."""
+    try:
+        return read_bounded(path, limit)
+    except NotReadable as err:
+        fix = {
+            "missing": f"pass the path of the {what} file",
+            "denied": f"make the {what} file readable by you (ls -l it)",
+            "open": f"pass the path of a readable {what} file",
+            "type": f"pass the {what} file itself",
+            "size": f"a {what} file is at most {limit} bytes: is it the right file?",
+            "read": f"check the disk that holds the {what} file",
+        }[err.why]
+        raise NotReadable(err.path, err.why, err.detail, f"{err.problem}; {fix}") from None

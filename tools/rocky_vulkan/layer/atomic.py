@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rocky_vulkan.layer.errors import RenderError, os_hint
 from rocky_vulkan.layer.manifest import RECORD, recorded_paths
-from rocky_vulkan.readfile import read_regular, shown
+from rocky_vulkan.regularfile import read_regular, shown
 
 # Staging dirs of a render, beside the outputs (same file system, so the swap is a rename);
 # .gitignore lists them and the next render removes any a killed one left behind: only those

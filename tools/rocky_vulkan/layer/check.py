@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rocky_vulkan.layer.manifest import MAX_COPIED_BYTES
-from rocky_vulkan.readfile import read_regular
+from rocky_vulkan.regularfile import read_regular
 
 
 def read_tree(root: Path, tops: Iterable[str]) -> dict[str, bytes]:

@@ -41,7 +41,7 @@ from rocky_vulkan import __version__
 from rocky_vulkan.config import PATCH_DIR_NAME, REFERENCE_MODEL, Config, ExtraModel
 from rocky_vulkan.layer import board, escape
 from rocky_vulkan.layer.errors import RenderError
-from rocky_vulkan.readfile import read_regular
+from rocky_vulkan.regularfile import read_regular
 from rocky_vulkan.tiles import CANDIDATES_PATH
 
 LAYER_DIR = "meta-rocky-vulkan"
