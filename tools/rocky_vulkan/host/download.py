@@ -411,9 +411,13 @@ class _Transfer:
             with self.lock:
                 if self.abandoned:
                     return
+                # A new whole file: its state is saved only once the old part is gone, so a
+                # kill in between never leaves one file's part under another's validator.
+                if resp.status_code == 200:
+                    discard(self.state)
+                fh = _open_part(self.part, append=offset > 0)
                 if resp.status_code == 200:
                     self._save_state(resp, total)
-                fh = _open_part(self.part, append=offset > 0)
             bar = self.bar
             bar.update(bar.task_ids[0], total=total, completed=offset)
             with fh:
@@ -507,10 +511,9 @@ class _Transfer:
         """What a later resume needs to ask for the same file (If-Range) and check its length;
         without a validator and a length a cut download starts over."""
         validator = _validator(resp)
+        if validator is None or total is None:
+            return
         try:
-            if validator is None or total is None:
-                discard(self.state)
-                return
             doc = {
                 "url_sha256": hashlib.sha256(self.url.encode()).hexdigest(),
                 "kind": validator[0],

@@ -7,6 +7,7 @@ by changing only the bytes of that `null` (download.py fetches the bytes)."""
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import os
 import re
@@ -218,9 +219,11 @@ def _set_aside(part: Path, bad: Path) -> None:
         ) from None
 
 
-def _prepare(dest_dir: Path, dest: Path) -> None:
+def _prepare(dest_dir: Path, dest: Path) -> int:
     """The model folder exists, and every path fetch writes in it is absent or a regular file:
-    a directory, FIFO, device or link there is refused, never written through or waited on."""
+    a directory, FIFO, device or link there is refused, never written through or waited on.
+    Returns a descriptor of the folder holding its lock: two fetches into one folder would
+    write one .part at once."""
     if os.path.lexists(dest_dir) and not dest_dir.is_dir():
         what = not_regular(dest_dir) if dest_dir.exists() else "a broken link"
         raise UserError(
@@ -234,14 +237,25 @@ def _prepare(dest_dir: Path, dest: Path) -> None:
             f"{dest_dir}: cannot use it as the model folder ({err.strerror}); pass --dest a "
             "folder you can write (or where one can be made)"
         ) from None
+    fd = os.open(dest_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UserError(
+            f"another `rocky-vulkan model fetch` is downloading into {dest_dir}; let it finish "
+            "(or stop it), then run this one again"
+        ) from None
     for suffix in ("", ".part", STATE_SUFFIX, ".not-gguf", ".sha256-mismatch"):
         path = dest.with_name(dest.name + suffix)
         problem = not_regular(path)
         if problem:
+            os.close(fd)
             raise UserError(
                 f"{path} is {problem}, not a regular file; `model fetch` writes a regular file "
                 "there: move it away (or pass another --dest), then run the command again"
             )
+    return fd
 
 
 def fetch_model(
@@ -253,7 +267,16 @@ def fetch_model(
     model = wanted(load_config(config_path), name)
     check_url(model.url, model.field)
     dest = dest_dir / model.filename
-    _prepare(dest_dir, dest)
+    lock = _prepare(dest_dir, dest)
+    try:
+        return _fetch(config_path, name, model, dest, **kwargs)
+    finally:
+        os.close(lock)
+
+
+def _fetch(
+    config_path: Path, name: str, model: Wanted, dest: Path, **kwargs
+) -> tuple[Path, str, bool]:
     expected = model.sha256
     if not expected:
         _pin_site(config_path, name)  # a config that cannot take the pin fails before downloading
