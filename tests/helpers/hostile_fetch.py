@@ -370,21 +370,22 @@ def _resume_cases() -> Iterator[Case]:
         served(lying_206(lambda s, t: f"bytes {s}-{t - 1}/{t}", 7), _judge_whole(both)),
     )
 
-    # A stale .part (and its saved validator) from another file: longer, same length, shorter.
-    for label, stale in (
-        ("longer", OTHER + b"x" * 4096),
-        ("same-length", OTHER),
-        ("shorter", OTHER[:half]),
+    # A stale .part from another file (longer, as long, shorter), alone or with the state an
+    # earlier fetch saved beside it: for a file the server no longer has, or for another URL.
+    for label, stale, total in (
+        ("longer", OTHER + b"x" * 4096, 1 << 30),
+        ("same-length", OTHER, len(OTHER)),
+        ("shorter", OTHER[:half], len(OTHER)),
     ):
-        for with_state in (True, False):
+        for saved in ("no-state", "state-of-an-old-etag", "state-of-another-url"):
 
-            def setup(config: Path, dest: Path, stale=stale, with_state=with_state) -> None:
+            def setup(config: Path, dest: Path, stale=stale, saved=saved, total=total) -> None:
                 dest.mkdir(parents=True, exist_ok=True)
                 (dest / (NAME + ".part")).write_bytes(stale)
-                if with_state:
-                    _write_state_like_fetch(dest, config)
+                if saved != "no-state":
+                    _write_state(dest, config, total, saved == "state-of-another-url")
 
-            name = f"stale-part-{label}-{'with' if with_state else 'without'}-saved-validator"
+            name = f"stale-part-{label}-{saved}"
             yield _case(
                 "resume", name, served(plain(PAYLOAD), _judge_whole([PAYLOAD]), setup=setup)
             )
@@ -431,18 +432,14 @@ def _resume_cases() -> Iterator[Case]:
         )
 
 
-def _write_state_like_fetch(dest: Path, config: Path) -> None:
-    """A saved validator that matches what the server sends (ETag "v1"), for a stale .part."""
+def _write_state(dest: Path, config: Path, total: int, other_url: bool) -> None:
+    """The state fetch saves beside a .part, for a file whose ETag was "old"."""
     import json
 
     from rocky_vulkan.config import load_config
 
-    url = load_config(config).model.url
-    state = {
-        "url_sha256": sha(url.encode()),
-        "validator": '"v1"',
-        "total": len(PAYLOAD),
-    }
+    url = "http://elsewhere.invalid/m.gguf" if other_url else load_config(config).model.url
+    state = {"url_sha256": sha(url.encode()), "kind": "etag", "validator": '"old"', "total": total}
     (dest / (NAME + ".part.json")).write_text(json.dumps(state))
 
 
@@ -674,6 +671,9 @@ def _paths_cases() -> Iterator[Case]:
             label = f"{(NAME + suffix)}-is-{kind}" + ("-sha-pinned" if pinned else "")
             yield _case("paths", label, _odd_path_run(suffix, body, pinned, odd(kind)))
 
+    # Two fetches into one folder at once: the second is refused, the first ends as it would.
+    yield _case("paths", "second-fetch-into-the-same-folder", _concurrent_run, timeout=30.0)
+
     # A full disk (RLIMIT_FSIZE in a child: the write fails with EFBIG), with and without a pin.
     for limit in (0, 4096, len(PAYLOAD) // 2):
         for pinned in (False, True):
@@ -691,6 +691,44 @@ def _paths_cases() -> Iterator[Case]:
 
             label = f"file-size-limit-{limit}" + ("-sha-pinned" if pinned else "")
             yield _case("paths", label, run, timeout=40.0)
+
+
+def _concurrent_run() -> tuple[Outcome, str]:
+    def slow(n, req, srv):  # the first fetch's body: 2.5 s of drip, then the rest
+        srv.send(f"HTTP/1.1 200 OK\r\nContent-Length: {len(PAYLOAD)}\r\n\r\n".encode())
+        _drip(PAYLOAD[:10], 0.25)(srv)
+        srv.send(PAYLOAD[10:])
+
+    with tempfile.TemporaryDirectory() as d, RawServer(slow) as srv:
+        tmp = Path(d)
+        config = write_project(tmp, srv.url)
+        argv = ["--config", str(config), "model", "fetch", "--dest", str(tmp / "models")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        code = "import sys; from rocky_vulkan.cli import main; sys.exit(main(sys.argv[1:]))"
+        first = subprocess.Popen(
+            [sys.executable, "-c", code, *argv, "--no-progress", "--max-time", "20"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            end = time.monotonic() + 15
+            while not (tmp / "models" / (NAME + ".part")).exists() and time.monotonic() < end:
+                time.sleep(0.05)
+            second = fetch(tmp, srv.url, config=config, max_time=4)
+            out, err = first.communicate(timeout=25)
+        finally:
+            first.kill()
+            first.wait()
+        if first.returncode != 0:
+            return Outcome.WRONG, f"the first fetch failed: {err.strip()[-200:]}"
+        # The first fetch pinned the config and wrote the model after the second was judged.
+        second.before, second.model_existed = second.after, True
+        outcome = judge(second, [], r"another .*model fetch")
+        if outcome[0] == Outcome.REFUSED and (tmp / "models" / NAME).read_bytes() != PAYLOAD:
+            return Outcome.WRONG, "the first fetch's model is not the file"
+        return outcome
 
 
 def _odd_path_run(suffix: str, body: bytes, pinned: str | None, make) -> Callable:
