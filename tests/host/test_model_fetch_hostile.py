@@ -118,3 +118,27 @@ def test_every_hostile_header_is_refused_or_sized_fast(tmp_path):
             continue
         assert not layout.complete(len(data)), label
     assert time.monotonic() - t0 < 2.0
+
+
+@pytest.mark.parametrize(
+    ("current", "location", "refused"),
+    [
+        ("https://a.example/m.gguf", "http://b.example/m.gguf", "from https to plain http"),
+        ("https://a.example/m.gguf", "//b.example/m.gguf", None),  # stays https
+        ("http://a.example/m.gguf", "https://b.example/m.gguf", None),
+        ("https://a.example/m.gguf", "/other.gguf", None),
+        ("https://a.example/m.gguf", "https://u:pw@b.example/m.gguf", "user name or password"),
+        ("https://a.example/m.gguf", "file:///etc/passwd", "http\\(s\\) redirects only"),
+        ("https://a.example/m.gguf", "https://[::1/m.gguf", "unusable Location"),
+    ],
+)
+def test_redirect_targets(current, location, refused):
+    # No TLS server here: the https -> http rule is checked on the function that decides it.
+    from rocky_vulkan.host.download import DownloadError, _redirect_target
+
+    if refused is None:
+        assert _redirect_target(current, location, current, "model").startswith("http")
+    else:
+        with pytest.raises(DownloadError, match=refused) as err:
+            _redirect_target(current, location, current, "model")
+        assert "pw" not in str(err.value)
