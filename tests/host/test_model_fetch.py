@@ -59,6 +59,7 @@ class Server:
         self.requests: list[str | None] = []  # the Range header of each GET
         self.stall_first = 0.0
         self.stall_s = 3.0
+        self.etag: str | None = '"v1"'  # what If-Range must name for a resume
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -75,7 +76,8 @@ class Server:
                     time.sleep(server.stall_first or server.stall_s)
                 body, start = server.body, 0
                 m = re.match(r"bytes=(\d+)-", self.headers.get("Range") or "")
-                if m and server.mode != "no-range":
+                same = self.headers.get("If-Range") in (None, server.etag)
+                if m and same and server.mode != "no-range":
                     start = int(m.group(1))
                     if start >= len(body):
                         self.send_response(416)
@@ -87,6 +89,8 @@ class Server:
                 else:
                     self.send_response(200)
                 rest = body[start:]
+                if server.etag:
+                    self.send_header("ETag", server.etag)
                 self.send_header("Content-Length", str(len(rest)))
                 self.end_headers()
                 if server.mode == "trickle":

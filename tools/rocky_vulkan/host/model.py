@@ -1,82 +1,44 @@
 """`rocky-vulkan model fetch [NAME...]`: download the reference model and the models of
 models:, resumable and verified by sha256, and pin the checksum into rocky-vulkan.yaml on the
-first download when it is still null (only after the file proved to be a GGUF model, so a login
-page is never pinned)."""
+first download when it is still null: only after the file proved to be a whole GGUF model (its
+size exactly what its header describes, so neither a login page nor a cut download is pinned),
+by changing only the bytes of that `null` (download.py fetches the bytes)."""
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
-import http.client
 import os
 import re
-import socket
+import stat
 import struct
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-import urllib3
 import yaml
+from rocky_selftest import gguf
+from rocky_selftest.results import write_atomic
 
 from rocky_vulkan.config import REFERENCE_MODEL, Config, load_config
 from rocky_vulkan.errors import UserError
+from rocky_vulkan.host.download import (
+    DEFAULT_MAX_TIME_S,
+    DEFAULT_STALL_S,
+    STATE_SUFFIX,
+    DownloadError,
+    check_url,
+    discard,
+    download,
+    not_regular,
+)
+from rocky_vulkan.host.result_doc import clean_text
 
 CHUNK = 1 << 20
-# Small network reads: what arrived before a connection dies is on disk for the resume.
-NET_CHUNK = 64 << 10
 DEFAULT_DEST = "build/models"
-# Statuses that will not change by asking again.
-PERMANENT = {400, 401, 403, 404, 410}
-# Bounds on one `model fetch`: all of it, and how long it may go without receiving a byte
-# (across retries), so a stalled or trickling server cannot keep it busy for long.
-DEFAULT_MAX_TIME_S = 4 * 3600.0
-DEFAULT_STALL_S = 120.0
-# GGUF header: magic, uint32 version, uint64 tensor count, uint64 metadata count (little endian).
 GGUF_MAGIC = b"GGUF"
-GGUF_HEADER = struct.Struct("<4sIQQ")
-GGUF_VERSIONS = (2, 3)  # what the pinned llama.cpp reads; v1 is no longer supported there
 MIN_MODEL_BYTES = 1 << 20  # no usable LLM is smaller; a login or error page usually is
-MAX_GGUF_COUNT = 1 << 20  # tensor / metadata counts beyond this are not a header
-
-
-# What one attempt can fail with that another attempt may not.
-RETRYABLE = (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError)
-
-
-class DownloadError(UserError):
-    """The download failed for good (after retries, or with a permanent HTTP status)."""
-
-
-class _OutOfTime(Exception):
-    """The overall deadline or the stall budget ran out."""
-
-
-class _Clock:
-    """The overall deadline and the stall budget (time without a byte, across retries)."""
-
-    def __init__(self, max_time_s: float, stall_s: float) -> None:
-        now = time.monotonic()
-        self.max_time_s, self.stall_s = max_time_s, stall_s
-        self.end, self.last_byte = now + max_time_s, now
-
-    def got_bytes(self) -> None:
-        self.last_byte = time.monotonic()
-
-    def deadline_left(self) -> float:
-        return self.end - time.monotonic()
-
-    def left(self) -> float:
-        """Seconds until either bound runs out."""
-        return min(self.deadline_left(), self.last_byte + self.stall_s - time.monotonic())
-
-    def why(self) -> str:
-        if self.deadline_left() <= 0:
-            return f"gave up after --max-time {self.max_time_s:g} s"
-        return f"gave up: no data for --stall-time {self.stall_s:g} s"
 
 
 def sha256_of(path: Path) -> str:
@@ -87,202 +49,33 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _progress(enabled: bool):
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not enabled,
-    )
-
-
-def _pieces(resp: requests.Response):
-    """The body as it arrives, one socket read at a time where urllib3 can (read1): a server
-    that trickles bytes then cannot hold a read past the deadline for more than one read."""
-    read1 = getattr(resp.raw, "read1", None)
-    if read1 is None:  # urllib3 older than 2.3: whole chunks only
-        yield from resp.iter_content(NET_CHUNK)
-        return
-    while chunk := read1(NET_CHUNK):
-        yield chunk
-
-
-def _attempt(
-    session: requests.Session,
-    url: str,
-    part: Path,
-    timeout: tuple[float, float],
-    clock: _Clock,
-    bar,
-    field: str = "model",
-) -> None:
-    """One GET from where the .part file ends; returns when the body ended cleanly. `field`:
-    the config section the URL comes from, for messages."""
-    left = clock.left()
-    if left <= 0:
-        raise _OutOfTime
-    offset = part.stat().st_size if part.exists() else 0
-    # The bytes as stored: Range offsets and Content-Length then count the same bytes as the file.
-    headers = {"Accept-Encoding": "identity"}
-    if offset:
-        headers["Range"] = f"bytes={offset}-"
-    capped = (min(timeout[0], left), min(timeout[1], left))
-    with session.get(url, headers=headers, stream=True, timeout=capped) as resp:
-        if resp.status_code == 416 and offset:
-            # Nothing left past our offset: the .part is complete (or longer than the file).
-            return
-        if resp.status_code in PERMANENT:
-            raise DownloadError(
-                f"{url}: HTTP {resp.status_code} {resp.reason}; check {field}.url in "
-                "rocky-vulkan.yaml (and access to the file)"
-            )
-        resp.raise_for_status()
-        mode = "ab"
-        if resp.status_code == 206:
-            start = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range", ""))
-            if not start or int(start.group(1)) != offset:
-                raise requests.exceptions.ContentDecodingError("server resumed at the wrong offset")
-        else:
-            mode, offset = "wb", 0  # the server ignored Range: start over
-        length = resp.headers.get("Content-Length")
-        total = offset + int(length) if length and length.isdigit() else None
-        bar.update(bar.task_ids[0], total=total, completed=offset)
-        with open(part, mode) as fh:
-            for chunk in _pieces(resp):
-                fh.write(chunk)
-                clock.got_bytes()
-                bar.advance(bar.task_ids[0], len(chunk))
-                if clock.deadline_left() <= 0:
-                    raise _OutOfTime
-        size = part.stat().st_size
-        if total is not None and size != total:
-            if clock.deadline_left() <= 0:
-                raise _OutOfTime
-            raise requests.exceptions.ChunkedEncodingError(f"got {size} of {total} bytes")
-
-
-def _root_cause(err: BaseException) -> BaseException:
-    """The innermost cause: requests wraps urllib3, which wraps the socket error."""
-    seen = set()
-    while id(err) not in seen:
-        seen.add(id(err))
-        inner = getattr(err, "reason", None)  # urllib3's MaxRetryError / NewConnectionError
-        if not isinstance(inner, BaseException):
-            inner = err.__cause__ or err.__context__
-        if not isinstance(inner, BaseException):
-            break
-        err = inner
-    return err
-
-
-def describe_error(err: BaseException, url: str) -> str:
-    """One short line for a failed attempt (no repr of urllib3 objects, no wrapped tracebacks)."""
-    host = requests.utils.urlparse(url).netloc or url
-    if isinstance(err, requests.exceptions.HTTPError) and err.response is not None:
-        return f"HTTP {err.response.status_code} {err.response.reason}"
-    if isinstance(err, requests.exceptions.ConnectTimeout):
-        return f"no connection to {host} within the connect timeout"
-    if isinstance(err, requests.exceptions.ReadTimeout):
-        return f"{host} sent no data within the read timeout"
-    root = _root_cause(err)
-    if isinstance(root, socket.gaierror) or "NameResolution" in type(root).__name__:
-        return f"cannot resolve {host.split(':')[0]} (offline, or DNS not working?)"
-    if isinstance(root, ConnectionRefusedError) or "refused" in str(root).lower():
-        return f"connection to {host} refused"
-    if isinstance(root, (ConnectionResetError, BrokenPipeError)):
-        return f"connection to {host} reset"
-    if "IncompleteRead" in type(root).__name__ or isinstance(root, http.client.IncompleteRead):
-        return f"{host} closed the connection before the end of the file"
-    if isinstance(root, (TimeoutError, socket.timeout)):
-        return f"{host} timed out"
-    text = " ".join(str(root).split()) or type(root).__name__
-    if isinstance(root, OSError) and root.strerror:
-        text = root.strerror
-    if isinstance(err, requests.exceptions.ConnectionError) and "object at 0x" in text:
-        text = "connection failed"
-    return text if len(text) <= 100 else text[:97] + "..."
-
-
-def download(
-    url: str,
-    dest: Path,
-    *,
-    retries: int = 5,
-    backoff_s: float = 2.0,
-    timeout: tuple[float, float] = (15.0, 60.0),
-    max_time_s: float = DEFAULT_MAX_TIME_S,
-    stall_s: float = DEFAULT_STALL_S,
-    progress: bool = True,
-    session: requests.Session | None = None,
-    field: str = "model",
-) -> Path:
-    """Download `url` into `dest`.part, resuming what is there; return the .part path.
-
-    Gives up after `retries` retries, after `max_time_s` in all, or when no byte arrived for
-    `stall_s` (across retries), whichever comes first."""
-    part = dest.with_name(dest.name + ".part")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    session = session or requests.Session()
-    clock = _Clock(max_time_s, stall_s)
-    last_error, attempts = "", 0
-    with _progress(progress) as bar:
-        bar.add_task(dest.name, total=None)
-        for attempt in range(retries + 1):
-            attempts = attempt + 1
-            try:
-                _attempt(session, url, part, timeout, clock, bar, field)
-                return part
-            except DownloadError:
-                raise
-            except _OutOfTime:
-                last_error = clock.why()
-                break
-            except RETRYABLE as err:
-                last_error = describe_error(err, url)
-                status = getattr(getattr(err, "response", None), "status_code", None)
-                if status in PERMANENT:
-                    raise DownloadError(f"{url}: HTTP {status}") from None
-            if attempt < retries:
-                wait = min(backoff_s * (2**attempt), max(clock.left(), 0.0))
-                bar.console.print(
-                    f"attempt {attempt + 1} failed: {last_error}; retry in {wait:.0f} s",
-                    markup=False,
-                    highlight=False,
-                    soft_wrap=True,
-                )
-                time.sleep(wait)
-    have = part.stat().st_size if part.exists() else 0
-    if part.exists() and not have:
-        part.unlink()  # an empty .part resumes nothing
-    kept = (
-        f"{have} bytes kept in {part}: run the command again to resume"
-        if have
-        else f"nothing was downloaded: check the network and {field}.url, then run it again"
-    )
-    raise DownloadError(
-        f"{url}: download failed after {attempts} attempt{'s' if attempts > 1 else ''} "
-        f"({last_error}); {kept}"
-    )
+def gguf_shortfall(path: Path) -> str | None:
+    """Why a body that ended where the server closed (no Content-Length) is not the whole GGUF
+    file its header describes; None when it is, or when it is no GGUF file (check_gguf says
+    so)."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if not GGUF_MAGIC.startswith(head[: len(GGUF_MAGIC)]):
+        return None
+    try:
+        layout = gguf.layout(str(path))
+    except gguf.GgufTruncated:
+        return f"the connection closed inside the GGUF header (after {size} bytes)"
+    except (gguf.GgufError, OSError):
+        return None
+    if size < layout.padded_end and not layout.complete(size):
+        return f"the connection closed after {size} of the {layout.padded_end} bytes of the file"
+    return None
 
 
 def check_gguf(path: Path) -> None:
-    """Refuse a file that is not a GGUF model (an HTML login page, an error text, a stub)."""
+    """Refuse a file that is not a whole GGUF model: an HTML login page, an error text, a stub,
+    a file cut short or with bytes its header does not describe (the tensor data must end
+    exactly where the file does)."""
     size = path.stat().st_size
     with open(path, "rb") as fh:
-        head = fh.read(GGUF_HEADER.size)
+        head = fh.read(24)
     problem = None
     if head[:4] != GGUF_MAGIC:
         start = head[:16].decode("ascii", "replace")
@@ -292,18 +85,40 @@ def check_gguf(path: Path) -> None:
             else ""
         )
         problem = f"it does not start with the GGUF magic but with {start!r}{looks}"
-    elif len(head) < GGUF_HEADER.size:
+    elif len(head) < 24:
         problem = f"its GGUF header is cut short ({size} bytes)"
     else:
-        _, version, n_tensors, n_kv = GGUF_HEADER.unpack(head)
-        if version not in GGUF_VERSIONS:
+        version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:24])
+        if version not in gguf.VERSIONS:
             problem = f"GGUF version {version}; llama.cpp here reads versions 2 and 3"
-        elif not (0 < n_tensors <= MAX_GGUF_COUNT and 0 < n_kv <= MAX_GGUF_COUNT):
+        elif not (0 < n_tensors <= gguf.MAX_TENSORS and 0 < n_kv <= gguf.MAX_KEYS):
             problem = f"its GGUF header claims {n_tensors} tensors and {n_kv} metadata keys"
         elif size < MIN_MODEL_BYTES:
             problem = f"it is only {size} bytes; a model is at least {MIN_MODEL_BYTES} bytes"
+        else:
+            problem = _layout_problem(path, size)
     if problem:
         raise DownloadError(f"the download is not a GGUF model: {problem}")
+
+
+def _layout_problem(path: Path, size: int) -> str | None:
+    try:
+        layout = gguf.layout(str(path))
+    except gguf.GgufTruncated:
+        return f"it is cut short: the file ({size} bytes) ends inside its GGUF header"
+    except gguf.GgufError as err:
+        return f"its GGUF header is malformed: {clean_text(str(err), 200)}"
+    if layout.complete(size):
+        return None
+    if size < layout.padded_end:
+        return (
+            f"it is cut short: its GGUF header describes {layout.padded_end} bytes, the file "
+            f"has {size}"
+        )
+    return (
+        f"it has {size - layout.padded_end} bytes more than the {layout.padded_end} its GGUF "
+        "header describes: not the file that header belongs to"
+    )
 
 
 @dataclass(frozen=True)
@@ -329,9 +144,9 @@ def wanted(cfg: Config, name: str) -> Wanted:
     raise UserError(f"{cfg.path.name}: no model named {name!r}; the models: {names}")
 
 
-def _sha256_node(root: yaml.Node, field: str, name: str) -> yaml.Node | None:
-    """The value node of `sha256` in the model: section (field 'model') or in the models:
-    entry named `name`."""
+def _sha256_node(root: yaml.Node, field: str, name: str) -> tuple[yaml.Node, yaml.Node] | None:
+    """The key and value nodes of `sha256` in the model: section (field 'model') or in the
+    models: entry named `name`."""
     if not isinstance(root, yaml.MappingNode):
         return None
     section = next((v for k, v in root.value if k.value == field.split("[")[0]), None)
@@ -339,37 +154,108 @@ def _sha256_node(root: yaml.Node, field: str, name: str) -> yaml.Node | None:
     for entry in entries:
         if not isinstance(entry, yaml.MappingNode):
             continue
-        keys = {k.value: v for k, v in entry.value}
-        if field != "model" and getattr(keys.get("name"), "value", None) != name:
+        keys = {k.value: (k, v) for k, v in entry.value}
+        if field != "model" and getattr(keys.get("name", (None, None))[1], "value", None) != name:
             continue
         return keys.get("sha256")
     return None
 
 
-def pin_sha256(config_path: Path, sha256: str, name: str = REFERENCE_MODEL) -> None:
-    """Replace the `null` of the model's sha256 (model:, or the models: entry `name`) with
-    `sha256`, touching nothing else in the file."""
-    text = config_path.read_text(encoding="utf-8")
-    field = wanted(load_config(config_path), name).field
+NULLS = ("null", "Null", "NULL", "~")
+
+
+def _pin_site(path: Path, name: str) -> tuple[str, int, int, str]:
+    """(text of the config, start and end of the `null` to replace, field): the plain word
+    `null` right after `sha256:`, not an alias, anchor or tag that would make the edit land
+    elsewhere or change what another key means. A UserError when there is none."""
+    field = wanted(load_config(path), name).field
     where = "model:" if field == "model" else f"models: entry {name!r}"
-    node = _sha256_node(yaml.compose(text, Loader=yaml.SafeLoader), field, name)
+    fix = "write `sha256: null` there (or the file's sha256, by hand), then run it again"
+    try:
+        text = path.read_bytes().decode("utf-8")
+        found = _sha256_node(yaml.compose(text, Loader=yaml.SafeLoader), field, name)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise UserError(f"{path}: cannot read it to pin the checksum ({err})") from None
+    key, node = found or (None, None)
     if not (
         isinstance(node, yaml.ScalarNode)
         and node.tag == "tag:yaml.org,2002:null"
-        and node.value in ("null", "Null", "NULL", "~")
+        and node.value in NULLS
+        and text[node.start_mark.index : node.end_mark.index] == node.value
+        and re.fullmatch(r"[ \t]*:[ \t]*", text[key.end_mark.index : node.start_mark.index])
     ):
+        raise UserError(f"{path}: no `sha256: null` line under {where}; {fix}")
+    return text, node.start_mark.index, node.end_mark.index, field
+
+
+def pin_sha256(config_path: Path, sha256: str, name: str = REFERENCE_MODEL) -> None:
+    """Replace the `null` of the model's sha256 (model:, or the models: entry `name`) with
+    `sha256`, touching no other byte of the file (its line endings, encoding, comments stay);
+    a symlinked config keeps its link and its target gets the pin."""
+    path = Path(config_path).resolve()
+    try:
+        text, start, end, field = _pin_site(path, name)
+    except UserError as err:
+        raise UserError(f"{err}; the downloaded file's sha256 is {sha256}") from None
+    new = text[:start] + sha256 + text[end:]
+    try:
+        write_atomic(str(path), new.encode("utf-8"), stat.S_IMODE(path.stat().st_mode))
+    except OSError as err:
         raise UserError(
-            f"{config_path}: no `sha256: null` line under {where}; "
-            f"set {field}.sha256 to {sha256} by hand"
+            f"{path}: cannot write the pin ({err.strerror}); the file was not changed; set "
+            f"{field}.sha256 to {sha256} by hand"
+        ) from None
+    if wanted(load_config(path), name).sha256 != sha256:  # the edit must read back
+        raise UserError(f"{path}: pinning {field}.sha256 did not read back; check the file")
+
+
+def _set_aside(part: Path, bad: Path) -> None:
+    try:
+        os.replace(part, bad)
+    except OSError as err:
+        raise DownloadError(
+            f"cannot move the download to {bad} ({err.strerror}); move that path away, then "
+            "run the command again"
+        ) from None
+
+
+def _prepare(dest_dir: Path, dest: Path) -> int:
+    """The model folder exists, and every path fetch writes in it is absent or a regular file:
+    a directory, FIFO, device or link there is refused, never written through or waited on.
+    Returns a descriptor of the folder holding its lock: two fetches into one folder would
+    write one .part at once."""
+    if os.path.lexists(dest_dir) and not dest_dir.is_dir():
+        what = not_regular(dest_dir) if dest_dir.exists() else "a broken link"
+        raise UserError(
+            f"{dest_dir} is {what or 'a regular file'}, not a folder; pass --dest a folder for "
+            "the model (one that does not exist yet is made)"
         )
-    text = text[: node.start_mark.index] + sha256 + text[node.end_mark.index :]
-    fd, tmp = tempfile.mkstemp(prefix=".rocky-vulkan.", dir=config_path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, config_path.stat().st_mode & 0o777)
-    os.replace(tmp, config_path)
-    if wanted(load_config(config_path), name).sha256 != sha256:  # the edit must read back
-        raise UserError(f"{config_path}: pinning {field}.sha256 did not read back; check the file")
+    try:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"{dest_dir}: cannot use it as the model folder ({err.strerror}); pass --dest a "
+            "folder you can write (or where one can be made)"
+        ) from None
+    fd = os.open(dest_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UserError(
+            f"another `rocky-vulkan model fetch` is downloading into {dest_dir}; let it finish "
+            "(or stop it), then run this one again"
+        ) from None
+    for suffix in ("", ".part", STATE_SUFFIX, ".not-gguf", ".sha256-mismatch"):
+        path = dest.with_name(dest.name + suffix)
+        problem = not_regular(path)
+        if problem:
+            os.close(fd)
+            raise UserError(
+                f"{path} is {problem}, not a regular file; `model fetch` writes a regular file "
+                "there: move it away (or pass another --dest), then run the command again"
+            )
+    return fd
 
 
 def fetch_model(
@@ -377,21 +263,37 @@ def fetch_model(
 ) -> tuple[Path, str, bool]:
     """Fetch the model `name` (`reference`: the model: section, else an entry of models:) into
     dest_dir; return (path, sha256, pinned_now)."""
+    config_path = Path(config_path).resolve()
     model = wanted(load_config(config_path), name)
+    check_url(model.url, model.field)
     dest = dest_dir / model.filename
+    lock = _prepare(dest_dir, dest)
+    try:
+        return _fetch(config_path, name, model, dest, **kwargs)
+    finally:
+        os.close(lock)
+
+
+def _fetch(
+    config_path: Path, name: str, model: Wanted, dest: Path, **kwargs
+) -> tuple[Path, str, bool]:
     expected = model.sha256
+    if not expected:
+        _pin_site(config_path, name)  # a config that cannot take the pin fails before downloading
     again = "`rocky-vulkan model fetch" + ("`" if name == REFERENCE_MODEL else f" {name}`")
     if expected and dest.is_file() and sha256_of(dest) == expected:
         return dest, expected, False
-    part = download(model.url, dest, field=model.field, **kwargs)
+    part = download(model.url, dest, field=model.field, shortfall=gguf_shortfall, **kwargs)
+    state = dest.with_name(dest.name + STATE_SUFFIX)
     if not expected:
-        # Nothing to compare with: before this checksum becomes the pin, the file must at least
-        # be a model. A refused download is moved aside, so it is neither pinned nor resumed.
+        # Nothing to compare with: before this checksum becomes the pin, the file must be a
+        # whole model. A refused download is moved aside, so it is neither pinned nor resumed.
         try:
             check_gguf(part)
         except DownloadError as err:
             bad = dest.with_name(dest.name + ".not-gguf")
-            os.replace(part, bad)
+            _set_aside(part, bad)
+            discard(state)
             raise DownloadError(
                 f"{model.url}: {err}. Nothing was pinned and nothing was written to {dest}; "
                 f"the download is in {bad} to look at. Check {model.field}.url in "
@@ -401,7 +303,8 @@ def fetch_model(
     actual = sha256_of(part)
     if expected and actual != expected:
         bad = dest.with_name(dest.name + ".sha256-mismatch")
-        os.replace(part, bad)
+        _set_aside(part, bad)
+        discard(state)
         kept = f"; {dest} was left as it was" if dest.exists() else ""
         raise UserError(
             f"{model.url}: downloaded file has sha256 {actual}, but {model.field}.sha256 in "
@@ -410,7 +313,8 @@ def fetch_model(
             f"from, then set {model.field}.sha256 to the new value and run `rocky-vulkan "
             f"render`; otherwise delete {bad} and run {again} again."
         )
-    os.replace(part, dest)
+    _set_aside(part, dest)
+    discard(state)
     if not expected:
         pin_sha256(config_path, actual, name)
         return dest, actual, True
