@@ -27,7 +27,7 @@ from rocky_selftest.results import write_atomic
 
 from rocky_vulkan.errors import UserError
 from rocky_vulkan.host.result_doc import clean_text
-from rocky_vulkan.host.sshkey import _kind as file_kind
+from rocky_vulkan.regularfile import file_kind
 
 # Small network reads: what arrived before a connection dies is on disk for the resume.
 NET_CHUNK = 64 << 10
