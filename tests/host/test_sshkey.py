@@ -251,7 +251,7 @@ def test_huge_file_is_refused_by_its_size(project, tmp_path, capsys):
         fh.truncate(1 << 30)  # sparse: 1 GiB on paper, nothing read
     before = snapshot(project)
     assert build_with_keys(project, huge) == UserError.exit_code
-    assert f"{1 << 30} bytes; a public key file is one line" in capsys.readouterr().err
+    assert f"larger than 16384 bytes ({1 << 30} bytes)" in capsys.readouterr().err
     assert snapshot(project) == before
 
 
@@ -263,7 +263,7 @@ def test_non_regular_files_are_refused_without_blocking(project, tmp_path, capsy
         (fifo, "a named pipe (FIFO)"),
         (tmp_path, "a directory"),
         (Path("/dev/zero"), "a character device"),
-        (tmp_path / "missing.pub", "no such file; make a key pair with `ssh-keygen -t ed25519`"),
+        (tmp_path / "missing.pub", "no such file; pass a public key file: make a key pair"),
     ]
     for path, cause in cases:
         done: list[int] = []

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import stat
 import tempfile
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import yaml
 
 from rocky_vulkan.config import ConfigError, load_config, parse_yaml, ssh_authorized_key_problem
 from rocky_vulkan.errors import UserError
+from rocky_vulkan.readfile import ReadFileError, read_regular
 
 # A .pub line is under 5 kB (a 16384-bit RSA key); more is some other file.
 MAX_KEY_FILE_BYTES = 16 * 1024
@@ -38,60 +38,20 @@ NEW_KEY_HINT = (
 )
 
 
+KEY_FILE = "a public key file: " + NEW_KEY_HINT
+
+
 class SshKeyError(UserError):
     """A --ssh-key file that cannot go into the image; the config was not changed."""
 
 
-def _kind(mode: int) -> str | None:
-    """What a non-regular file is, in words; None for a regular file."""
-    for test, name in (
-        (stat.S_ISREG, None),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a named pipe (FIFO)"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def _read_bounded(path: Path) -> bytes:
-    """The bytes of a regular file of at most MAX_KEY_FILE_BYTES; never blocks on a FIFO or a
-    device (opened non-blocking, checked with fstat before any read)."""
+    """The bytes of a regular file of at most MAX_KEY_FILE_BYTES (readfile: never blocks on a
+    FIFO or reads a device)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise SshKeyError(f"{path}: no such file; {NEW_KEY_HINT}") from None
-    except PermissionError:
-        raise SshKeyError(
-            f"{path}: permission denied; pass a public key file you can read"
-        ) from None
-    except OSError as err:
-        raise SshKeyError(f"{path}: cannot open it ({err.strerror}); {NEW_KEY_HINT}") from None
-    info = os.fstat(fd)
-    kind = _kind(info.st_mode)
-    if kind or info.st_size > MAX_KEY_FILE_BYTES:
-        os.close(fd)
-    if kind:
-        raise SshKeyError(
-            f"{path}: is {kind}, not a regular file; pass your public key file, "
-            "e.g. ~/.ssh/id_ed25519.pub"
-        )
-    if info.st_size > MAX_KEY_FILE_BYTES:
-        raise SshKeyError(
-            f"{path}: {info.st_size} bytes; a public key file is one line of under 5 kB "
-            f"(at most {MAX_KEY_FILE_BYTES} bytes here): is it the right file?"
-        )
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            data = fh.read(MAX_KEY_FILE_BYTES + 1)
-        except OSError as err:
-            raise SshKeyError(f"{path}: cannot read it ({err.strerror})") from None
-    if len(data) > MAX_KEY_FILE_BYTES:  # grew while we looked
-        raise SshKeyError(f"{path}: over {MAX_KEY_FILE_BYTES} bytes; is it the right file?")
-    return data
+        return read_regular(path, MAX_KEY_FILE_BYTES, KEY_FILE)
+    except ReadFileError as err:
+        raise SshKeyError(str(err)) from None
 
 
 def check_key_text(data: bytes) -> str:
