@@ -239,9 +239,9 @@ def judge(run: Run, expect: str = "any", shown: tuple[str, ...] = ()) -> tuple[O
         return Outcome.WRONG, "PASS not earned: " + verdicts[0][:80]
     if expect == "pass" and run.rc != 0:
         return Outcome.WRONG, "a good result not shown as PASS: " + verdicts[0][:200]
-    flat = _unwrapped(run.out)
+    flat = unwrapped(run.out)
     for want in shown:
-        if _unwrapped(want) not in flat:
+        if unwrapped(want) not in flat:
             return Outcome.WRONG, f"{want[:60]!r} not shown as text"
     for name, head in run.pngs.items():
         if name.endswith(".png") and head != PNG_MAGIC:
@@ -249,7 +249,7 @@ def judge(run: Run, expect: str = "any", shown: tuple[str, ...] = ()) -> tuple[O
     return Outcome.HELD, verdicts[0][:80]
 
 
-def _unwrapped(text: str) -> str:
+def unwrapped(text: str) -> str:
     """Text without table borders and whitespace: a cell's wrapped words read together."""
     return re.sub(r"[\s│┃┆|]", "", text)
 

@@ -91,7 +91,7 @@ def reference_note(doc: dict[str, Any], model_name: str) -> str | None:
     prompt = doc["thresholds"]["prompt_tokens"]
     path = doc["model"]["path"]
     if prompt != 512:
-        return f"note: the reference is pp512 with {model_name}; this run used pp{prompt} ({path})"
+        return f"the reference is pp512 with {model_name}; this run used pp{prompt} ({path})"
     return None
 
 
@@ -485,10 +485,10 @@ def show(doc: dict[str, Any], cfg, plot_out: Path | None, console=None) -> int:
     for what, board, reference, status in table_rows(doc, ref):
         style = STATUS_STYLES.get(status, "white")
         table.add_row(Text(what), Text(board), Text(reference), Text(status, style=style))
-    console.print(table)
     note = reference_note(doc, cfg.model.name)
-    if note:
-        console.print(Text(note), no_wrap=True, overflow="ellipsis", crop=True)
+    if note:  # in the table: the model path wraps inside its cell
+        table.add_row(Text("note"), Text(note), Text(""), Text(ABSENT))
+    console.print(table)
     if plot_out is not None:
         plot(doc, ref, plot_out)
         console.print(Text(f"plot: {shown_path(plot_out)}"), soft_wrap=True)
