@@ -34,6 +34,7 @@ from rocky_selftest.results import IN_PROGRESS, RESULT_NAME
 from rocky_vulkan import boundedrun
 from rocky_vulkan.config import load_config
 from rocky_vulkan.errors import UserError
+from rocky_vulkan.host.plot_files import check_plot_out
 from rocky_vulkan.host.result_doc import MAX_RESULT_BYTES, ResultError, clean_text, load_result
 
 RESULT_PATH = f"{board_paths.RESULTS_DIR}/{RESULT_NAME}"
@@ -480,6 +481,8 @@ def _run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     opts = SshOptions(port=args.ssh_port, config=args.ssh_config)
     plot_out = Path(args.plot) if args.plot else None
+    if plot_out is not None:
+        check_plot_out(plot_out)  # before ssh: a refused name wastes no round trip
     return board(args.host, cfg, opts, plot_out, timeout=args.timeout)
 
 

@@ -13,14 +13,19 @@ from typing import Any
 from rocky_selftest.sequence import CHECK_ORDER
 
 from rocky_vulkan.config import Reference, load_config
+from rocky_vulkan.host.plot_files import check_plot_out, save_png, sibling
 from rocky_vulkan.host.result_doc import (
     MODES,
     PLACEMENT_MODES,
+    RATIO_SLACK,
+    VERDICTS,
     ResultError,
     checked,
+    clean_text,
     load_result,
     serving_pairs,
 )
+from rocky_vulkan.regularfile import shown
 
 __all__ = [
     "ResultError",
@@ -52,6 +57,11 @@ MAX_BAD_ROWS = 50  # a file with thousands of broken fields gets a table of read
 # Failure reasons listed under the plot: at most this many lines, each at most this wide.
 MAX_REASON_LINES = 8
 REASON_WIDTH = 110
+MAX_TICKS = 24  # more micro-batch sizes than this: matplotlib's own ticks, not one per size
+MAX_SIZES = 20  # serving prompt sizes in the table
+TITLE_TEXT = 60  # characters of board text (host name, time) in a title
+MAX_NAMES = 8  # check names on the verdict line
+MAX_TUNE_ROWS = 60
 
 
 def sweep_series(doc: dict[str, Any]) -> dict[str, list[tuple[int, float | None, str]]]:
@@ -81,7 +91,7 @@ def reference_note(doc: dict[str, Any], model_name: str) -> str | None:
     prompt = doc["thresholds"]["prompt_tokens"]
     path = doc["model"]["path"]
     if prompt != 512:
-        return f"note: the reference is pp512 with {model_name}; this run used pp{prompt} ({path})"
+        return f"the reference is pp512 with {model_name}; this run used pp{prompt} ({path})"
     return None
 
 
@@ -93,10 +103,9 @@ def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str,
     sweep = doc["sweep"]
     crashed = [r for r in sweep if r["status"] != "PASS"]
     ubs = sorted({r["ubatch"] for r in sweep})
+    shown_ubs = ",".join(map(str, ubs[:MAX_TICKS])) + (",..." if len(ubs) > MAX_TICKS else "")
     board_sweep = (
-        f"{len(sweep) - len(crashed)}/{len(sweep)} runs ok, ub {','.join(map(str, ubs))}"
-        if sweep
-        else "not run"
+        f"{len(sweep) - len(crashed)}/{len(sweep)} runs ok, ub {shown_ubs}" if sweep else "not run"
     )
     rows.append(
         (
@@ -204,7 +213,8 @@ def serving_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     ttft_max, decode_min = goal["ttft_ratio_max"], goal["decode_ratio_min"]
     ttft_goal = f"GPU <= {ttft_max:.2f}x CPU" if ttft_max is not None else "goal not given"
     decode_goal = f"GPU >= {decode_min:.2f}x CPU" if decode_min is not None else "goal not given"
-    for size, pair in serving_pairs(section["runs"]).items():
+    pairs = serving_pairs(section["runs"])
+    for size, pair in list(pairs.items())[:MAX_SIZES]:
         gpu, cpu = pair.get("gpu"), pair.get("cpu")
         both = gpu is not None and cpu is not None
         status = "PASS" if both and gpu["status"] == cpu["status"] == "PASS" else "FAIL"
@@ -224,6 +234,9 @@ def serving_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             if status == "PASS":
                 board += f" = {gpu[key] / cpu[key]:.2f}x"
             rows.append((f"serving p{size} {label}", board, goal_text, status))
+    if len(pairs) > MAX_SIZES:
+        more = len(pairs) - MAX_SIZES
+        rows.append(("serving", f"... and {more} more prompt sizes (in result.json)", "", ABSENT))
     ttft, decode = section["ttft_ratio"], section["decode_ratio"]
     board = f"TTFT {_fmt(ttft, 'x')}, decode {_fmt(decode, 'x')}"
     reference = f"TTFT {ttft_goal}, decode {decode_goal}"
@@ -304,11 +317,11 @@ def plot(doc: dict[str, Any], ref: Reference, out: Path) -> Path:
         ax.set_ylim(bottom=0, top=max(values, default=1) * 1.1)
     ax.set_xscale("log", base=2)
     all_ubs = sorted({u for pts in series.values() for u, _, _ in pts})
-    if all_ubs:
+    if all_ubs and len(all_ubs) <= MAX_TICKS:
         ax.set_xticks(all_ubs, [str(u) for u in all_ubs])
     ax.set_xlabel("micro-batch size (-ub)")
     ax.set_ylabel("prompt processing (tokens/s)")
-    host = doc["host"]["hostname"]
+    host = clean_text(doc["host"]["hostname"], TITLE_TEXT)
     prompt = doc["thresholds"]["prompt_tokens"]
     # Text from the file is shown as it is: no mathtext ($...$) parsing of board data.
     ax.set_title(f"rocky-selftest on {host}, pp{prompt}: {doc['verdict']}", parse_math=False)
@@ -320,10 +333,7 @@ def plot(doc: dict[str, Any], ref: Reference, out: Path) -> Path:
     for i, line in enumerate(reasons):
         y = foot - (0.1 + (i + 1) * line_in) / height
         fig.text(0.02, y, line, fontsize=7, color="red", va="bottom", parse_math=False)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return save_png(fig, out)
 
 
 def plot_serving(doc: dict[str, Any], out: Path) -> Path | None:
@@ -365,6 +375,7 @@ def plot_serving(doc: dict[str, Any], out: Path) -> Path | None:
         ax.set_ylabel(ylabel)
         if sizes:
             ax.set_xscale("log", base=2)
+        if sizes and len(sizes) <= MAX_TICKS:
             ax.set_xticks(sizes, [str(n) for n in sizes])
         ax.set_ylim(bottom=0, top=(tops[ax] or 1) * 1.25)  # room for the legend
         ax.grid(True, alpha=0.3)
@@ -397,13 +408,10 @@ def plot_serving(doc: dict[str, Any], out: Path) -> Path | None:
                       transform=ax_place.transAxes, parse_math=False)  # fmt: skip
     ax_place.set_ylabel("request time (s, lower is better)")
     ax_place.grid(True, axis="y", alpha=0.3)
-    host = doc["host"]["hostname"]
+    host = clean_text(doc["host"]["hostname"], TITLE_TEXT)
     fig.suptitle(f"rocky-llm serving on {host}", parse_math=False)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return save_png(fig, out)
 
 
 # The checks a PASS needs as evidence, each present and PASS: all but the serving ones, which
@@ -411,10 +419,49 @@ def plot_serving(doc: dict[str, Any], out: Path) -> Path | None:
 EVIDENCE_CHECKS = tuple(name for name in CHECK_ORDER if name not in ("placement", "serving"))
 
 
-def missing_evidence(checks: list[dict[str, Any]]) -> list[str]:
-    """The evidence checks that are absent or did not PASS (SKIP is no evidence)."""
-    passed = {c["name"] for c in checks if c["status"] == "PASS"}
-    return [name for name in EVIDENCE_CHECKS if name not in passed]
+def missing_evidence(doc: dict[str, Any]) -> list[str]:
+    """Why a PASS is not borne out: an evidence check absent or not PASS (SKIP is no evidence) or
+    without its text, the sweep's or the ratio's PASS against their own numbers."""
+    checks = {c["name"]: c for c in doc["checks"]}
+    gaps = []
+    for name in EVIDENCE_CHECKS:
+        check = checks.get(name)
+        if check is None or check["status"] != "PASS":
+            gaps.append(name)
+        elif not check["evidence"].strip():
+            gaps.append(f"{name} (no evidence text)")
+    if "sweep" not in gaps:
+        gaps += _sweep_gaps(doc["sweep"])
+    if "ratio" not in gaps:
+        gaps += _ratio_gaps(doc["ratio"])
+    return gaps
+
+
+def _sweep_gaps(sweep: list[dict[str, Any]]) -> list[str]:
+    if not sweep:
+        return ["sweep (no runs in the result)"]
+    if any(r["status"] != "PASS" for r in sweep):
+        return ["sweep (a run in it failed)"]
+    return []
+
+
+def _ratio_gaps(ratio: dict[str, Any]) -> list[str]:
+    tuned, stock, cpu = ratio.get("tuned_tps"), ratio.get("stock_tps"), ratio.get("cpu_tps")
+    told, need = ratio.get("ratio"), ratio.get("required_ratio")
+    if None in (tuned, stock, cpu, told):
+        return ["ratio (its t/s numbers are not in the result)"]
+    if abs(told - tuned / stock) > RATIO_SLACK * tuned / stock:
+        return [f"ratio ({told:.2f}x is not tuned/stock = {tuned / stock:.2f}x)"]
+    if need is not None and tuned / stock < need * (1 - 1e-9):
+        return [f"ratio (tuned/stock {tuned / stock:.2f}x is below the {need:.2f}x needed)"]
+    if tuned <= cpu:
+        return [f"ratio (tuned {tuned:.2f} t/s is not above the CPU's {cpu:.2f})"]
+    return []
+
+
+def _names(names: list[str]) -> str:
+    more = len(names) - MAX_NAMES
+    return ", ".join(names[:MAX_NAMES]) + (f" and {more} more" if more > 0 else "")
 
 
 def show(doc: dict[str, Any], cfg, plot_out: Path | None, console=None) -> int:
@@ -428,48 +475,59 @@ def show(doc: dict[str, Any], cfg, plot_out: Path | None, console=None) -> int:
     # Everything from the file goes in as Text (or with markup=False): rich never reads markup
     # in board data, so a kernel line like "panthor fb000000.gpu: [drm] ..." prints as it is.
     console = console or Console(highlight=False)
-    table = Table(title=Text(f"rocky-selftest {doc['finished_at']} vs reference"))
+    # Board text outside the table's borders is one line (cut, never wrapped): no line of it can
+    # start where the verdict line starts.
+    when = clean_text(doc["finished_at"], TITLE_TEXT)
+    table = Table(title=Text(f"rocky-selftest {when} vs reference", no_wrap=True,
+                             overflow="ellipsis"))  # fmt: skip
     for column in ("what", "board", "reference", "status"):
         table.add_column(column)
     for what, board, reference, status in table_rows(doc, ref):
         style = STATUS_STYLES.get(status, "white")
         table.add_row(Text(what), Text(board), Text(reference), Text(status, style=style))
-    console.print(table)
     note = reference_note(doc, cfg.model.name)
-    if note:
-        console.print(note, markup=False)
+    if note:  # in the table: the model path wraps inside its cell
+        table.add_row(Text("note"), Text(note), Text(""), Text(ABSENT))
+    console.print(table)
     if plot_out is not None:
         plot(doc, ref, plot_out)
-        console.print(f"plot: {plot_out}", markup=False)
-        serving_png = plot_serving(doc, plot_out.with_name(plot_out.stem + "-serving.png"))
+        console.print(Text(f"plot: {shown(plot_out)}"), soft_wrap=True)
+        serving_png = plot_serving(doc, sibling(plot_out, "-serving"))
         if serving_png:
-            console.print(f"serving plot: {serving_png}", markup=False)
+            console.print(Text(f"serving plot: {shown(serving_png)}"), soft_wrap=True)
     if doc["tune"]:
-        tune_png = plot_out.with_name(plot_out.stem + "-tune.png") if plot_out else None
+        tune_png = sibling(plot_out, "-tune") if plot_out else None
         _print_tune(console, doc["tune"], ref, tune_png)
+    # Only the self-test's own words reach this line: check names and verdicts are checked
+    # against their lists when the result is read.
     failed = [c["name"] for c in doc["checks"] if c["status"] != "PASS" and c["status"] != "SKIP"]
-    unproven = missing_evidence(doc["checks"])
+    unproven = missing_evidence(doc)
     problems = doc["problems"]
     if doc["verdict"] == "PASS" and not failed and not unproven and not problems:
-        console.print("[bold green]VERDICT: PASS[/bold green] — every check passed on the board")
+        passed = Text("VERDICT: PASS", style="bold green")
+        console.print(Text.assemble(passed, " — every check passed on the board"), soft_wrap=True)
         return 0
     if failed:
-        why = f"failed: {', '.join(failed)}"
+        why = f"failed: {_names(failed)}"
     elif doc["verdict"] == "PASS" and unproven:
-        why = f"the board says PASS without the evidence of: {', '.join(unproven)}"
-    else:
+        why = f"the board says PASS without the evidence of: {_names(unproven)}"
+    elif doc["verdict"] in VERDICTS:
         why = f"board verdict {doc['verdict']}"
+    else:
+        why = "the board's verdict is not one the self-test writes"
     if problems:
         why += f"; {len(problems)} malformed field(s) in the result (rows marked BAD)"
     verdict = Text("VERDICT: FAIL", style="bold red")
-    console.print(Text.assemble(verdict, " — ", why))
+    console.print(Text.assemble(verdict, " — ", why), soft_wrap=True)  # one line to grep
     return 1
 
 
 def _run(args: argparse.Namespace) -> int:
-    doc = load_result(Path(args.result))
+    result = Path(args.result)
+    doc = load_result(result)
     cfg = load_config(args.config)
-    out = Path(args.plot) if args.plot else Path(args.result).with_suffix(".png")
+    out = Path(args.plot) if args.plot else result.with_suffix(".png")
+    check_plot_out(out, [result])
     return show(doc, cfg, out)
 
 
@@ -482,17 +540,21 @@ def _print_tune(console, tune: dict[str, Any], ref: Reference, out: Path | None)
 
     used = f"{tune['elapsed_s']:.0f}" if tune["elapsed_s"] is not None else "?"
     budget = f"{tune['budget_s']:.0f}" if tune["budget_s"] is not None else "?"
-    title = f"tile tuning ({tune['phase']}, {used} of {budget} s"
+    title = f"tile tuning ({clean_text(tune['phase'], TITLE_TEXT)}, {used} of {budget} s"
     title += ", budget reached)" if tune["budget_exhausted"] else ")"
-    table = Table(title=Text(title))
+    table = Table(title=Text(title, no_wrap=True, overflow="ellipsis"))
     for column in ("candidate", "pp512 t/s", "runs", "registers", "spills/fills", "status"):
         table.add_column(column)
-    for row in tune_rows(tune, ref, sim_by_spec()):
+    rows = tune_rows(tune, ref, sim_by_spec())
+    for row in rows[:MAX_TUNE_ROWS]:
         style = "red" if row[-1] == "ref" else "white"
         table.add_row(*(Text(cell, style=style) for cell in row))
+    if len(rows) > MAX_TUNE_ROWS:
+        more = f"... and {len(rows) - MAX_TUNE_ROWS} more candidates (in result.json)"
+        table.add_row(Text(more), "", "", "", "", "")
     console.print(table)
     if out is not None:
-        console.print(f"tuning plot: {plot_tune(tune, ref, out)}", markup=False)
+        console.print(Text(f"tuning plot: {shown(plot_tune(tune, ref, out))}"), soft_wrap=True)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -15,14 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from rocky_selftest import RESULT_SCHEMA, RESULT_SCHEMA_VERSION
+from rocky_selftest.checks import ERROR, FAIL, PASS, SKIP
+from rocky_selftest.results import FINAL_VERDICTS, IN_PROGRESS
+from rocky_selftest.sequence import CHECK_ORDER
 
 from rocky_vulkan.errors import UserError
+from rocky_vulkan.regularfile import NotReadable, read_regular, shown
 
 MODES = ("tuned", "stock", "cpu")
 RATIO_NUMBERS = ("tuned_tps", "stock_tps", "cpu_tps", "ratio", "required_ratio")
 # A self-test result is a few hundred kB at most; anything far larger is not one.
 MAX_RESULT_BYTES = 8 << 20
 MAX_TEXT = 1000  # characters of one string shown
+# Entries of one list (sweep runs, checks, candidates, ...): a self-test writes a few dozen.
+MAX_ITEMS = 1000
+VERDICTS = (*FINAL_VERDICTS, IN_PROGRESS)
+CHECK_STATUSES = (PASS, FAIL, SKIP, ERROR)
 MAX_WHOLE = 1 << 30  # counts (tokens, ub): larger is not a value a board measured
 PLACEMENT_MODES = ("gpu", "cpu", "hybrid")
 SERVERS = ("gpu", "cpu")
@@ -38,14 +46,15 @@ RATIO_SLACK = 0.02
 def clean_text(value: str, limit: int = MAX_TEXT) -> str:
     """`value` as plain text: tabs and line breaks become spaces, other control and format
     characters (escape sequences, bidi overrides, zero-width) are removed; cut to `limit`."""
+    cut = len(value) > 4 * limit  # a megabyte string is not cleaned to show its first kB
     out = []
-    for ch in value:
+    for ch in value[: 4 * limit] if cut else value:
         if ch.isprintable():
             out.append(ch)
         elif ch in "\t\n\r\v\f\u2028\u2029\x85":
             out.append(" ")
     text = "".join(out)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if len(text) <= limit and not cut else text[: limit - 3] + "..."
 
 
 class ResultError(UserError):
@@ -82,10 +91,16 @@ class _Checker:
         return default
 
     def number(
-        self, obj: dict, key: str, field: str, low: float | None = None, high: float | None = None
+        self,
+        obj: dict,
+        key: str,
+        field: str,
+        low: float | None = None,
+        high: float | None = None,
+        zero_ok: bool = False,
     ) -> float | None:
-        """A finite number (low < value <= high when given), or None (absent, null or
-        malformed)."""
+        """A finite number (low < value <= high when given; 0 too when zero_ok), or None (absent,
+        null or malformed)."""
         value = obj.get(key)
         if value is None:
             return None
@@ -95,11 +110,16 @@ class _Checker:
             except OverflowError:
                 number = math.inf
             if math.isfinite(number):
-                if (low is None or number > low) and (high is None or number <= high):
-                    return number
+                above = low is None or number > low or (zero_ok and number == 0)
+                if above and (high is None or number <= high):
+                    return number + 0.0  # -0.0 as 0.0
+                sign = ">=" if zero_ok else ">"
                 want = " and ".join(
                     w
-                    for w in (low is not None and f"> {low:g}", high is not None and f"<= {high:g}")
+                    for w in (
+                        low is not None and f"{sign} {low:g}",
+                        high is not None and f"<= {high:g}",
+                    )
                     if w
                 )
                 self.bad(field, value, f"a number {want}")
@@ -118,6 +138,24 @@ class _Checker:
         self.bad(field, value, f"a whole number > 0 and <= {high}")
         return default
 
+    def word(self, obj: dict, key: str, field: str, allowed: tuple[str, ...]) -> str | None:
+        """One of `allowed`, exactly as written (no cleaning: "P\u200bASS" is not PASS), or None
+        and a problem (absent, null or anything else)."""
+        value = obj.get(key)
+        if isinstance(value, str) and value in allowed:
+            return value
+        self.bad(field, value, "one of " + ", ".join(allowed))
+        return None
+
+    def items(self, raw: list, field: str) -> list:
+        """The first MAX_ITEMS entries of a list; more is a problem (no self-test writes it)."""
+        if len(raw) > MAX_ITEMS:
+            self.problems.append(
+                f"{field}: {len(raw)} entries; a self-test writes far fewer: only the first "
+                f"{MAX_ITEMS} read"
+            )
+        return raw[:MAX_ITEMS]
+
     def mapping(self, doc: dict, key: str) -> dict:
         value = doc.get(key)
         if value is None:
@@ -129,20 +167,27 @@ class _Checker:
 
 
 def _checks(raw: list, c: _Checker) -> list[dict[str, Any]]:
+    """Each check's name (one the self-test has), status and evidence text; a check named twice
+    is a problem (which of the two would the report believe?)."""
     checks = []
-    for i, item in enumerate(raw):
+    seen: set[str] = set()
+    for i, item in enumerate(c.items(raw, "checks")):
         field = f"checks[{i}]"
         if not isinstance(item, dict):
             c.bad(field, item, "an object")
             continue
         before = len(c.problems)
-        name = c.text(item, "name", f"{field}.name")
-        status = c.text(item, "status", f"{field}.status")
-        evidence = c.text(item, "evidence", f"{field}.evidence")
-        if len(c.problems) == before and name and status:
-            checks.append({"name": name, "status": status, "evidence": evidence})
-        elif len(c.problems) == before:
+        if item.get("name") is None or item.get("status") is None:
             c.problems.append(f"{field}: no name or no status")
+            continue
+        name = c.word(item, "name", f"{field}.name", CHECK_ORDER)
+        status = c.word(item, "status", f"{field}.status", CHECK_STATUSES)
+        evidence = c.text(item, "evidence", f"{field}.evidence")
+        if name in seen:
+            c.problems.append(f"{field}: a second {name!r} check")
+        if len(c.problems) == before and name and status:
+            seen.add(name)
+            checks.append({"name": name, "status": status, "evidence": evidence})
     return checks
 
 
@@ -153,19 +198,19 @@ def _sweep(raw: Any, c: _Checker) -> list[dict[str, Any]]:
         c.bad("sweep", raw, "a list")
         return []
     runs = []
-    for i, item in enumerate(raw):
+    for i, item in enumerate(c.items(raw, "sweep")):
         field = f"sweep[{i}]"
         if not isinstance(item, dict):
             c.bad(field, item, "an object")
             continue
         before = len(c.problems)
-        mode = c.text(item, "mode", f"{field}.mode")
-        if mode and mode not in MODES:
+        mode = item.get("mode")
+        if mode is not None and not (isinstance(mode, str) and mode in MODES):
             c.bad(f"{field}.mode", mode, "one of " + ", ".join(MODES))
         ubatch = c.whole(item, "ubatch", f"{field}.ubatch", None)
-        status = c.text(item, "status", f"{field}.status")
+        status = _status(c, item, f"{field}.status")
         reason = c.text(item, "reason", f"{field}.reason")
-        avg_ts = c.number(item, "avg_ts", f"{field}.avg_ts")
+        avg_ts = c.number(item, "avg_ts", f"{field}.avg_ts", 0, MAX_RATE)
         if status == "PASS" and avg_ts is None and len(c.problems) == before:
             c.problems.append(f"{field}: status PASS without a finite avg_ts")
         if len(c.problems) == before and mode and ubatch:
@@ -190,7 +235,7 @@ def _tune(raw: Any, c: _Checker) -> dict[str, Any] | None:
     if not isinstance(cands, list):
         c.bad("tune.candidates", cands, "a list")
         cands = []
-    for i, item in enumerate(cands):
+    for i, item in enumerate(c.items(cands, "tune.candidates")):
         field = f"tune.candidates[{i}]"
         if not isinstance(item, dict):
             c.bad(field, item, "an object")
@@ -199,22 +244,25 @@ def _tune(raw: Any, c: _Checker) -> dict[str, Any] | None:
         if not isinstance(tps, list):
             c.bad(f"{field}.tps", tps, "a list")
             tps = []
-        runs = [c.number({"t": t}, "t", f"{field}.tps[{j}]") for j, t in enumerate(tps)]
+        runs = [
+            c.number({"t": t}, "t", f"{field}.tps[{j}]", 0, MAX_RATE)
+            for j, t in enumerate(c.items(tps, f"{field}.tps"))
+        ]
         rows.append(
             {
                 "name": c.text(item, "name", f"{field}.name", "?"),
                 "spec": c.text(item, "spec", f"{field}.spec"),
                 "builtin": item.get("builtin") is True,
                 "runs": len([t for t in runs if t is not None]),
-                "median_tps": c.number(item, "median_tps", f"{field}.median_tps"),
+                "median_tps": c.number(item, "median_tps", f"{field}.median_tps", 0, MAX_RATE),
                 "status": c.text(item, "status", f"{field}.status", "?"),
                 "reason": c.text(item, "reason", f"{field}.reason"),
             }
         )
     return {
         "winner": c.text(raw, "winner", "tune.winner") or None,
-        "elapsed_s": c.number(raw, "elapsed_s", "tune.elapsed_s"),
-        "budget_s": c.number(raw, "budget_s", "tune.budget_s"),
+        "elapsed_s": c.number(raw, "elapsed_s", "tune.elapsed_s", 0, MAX_SECONDS, zero_ok=True),
+        "budget_s": c.number(raw, "budget_s", "tune.budget_s", 0, MAX_SECONDS, zero_ok=True),
         "budget_exhausted": raw.get("budget_exhausted") is True,
         "phase": c.text(raw, "phase", "tune.phase", "?"),
         "candidates": rows,
@@ -222,9 +270,10 @@ def _tune(raw: Any, c: _Checker) -> dict[str, Any] | None:
 
 
 def _status(c: _Checker, item: dict, field: str) -> str:
-    """PASS or FAIL as the board wrote it; anything else is a problem and shows as BAD."""
-    status = c.text(item, "status", field)
-    if status in RUN_STATUSES:
+    """PASS or FAIL as the board wrote it (not cleaned first: "P\u200bASS" is not PASS);
+    anything else is a problem and shows as BAD."""
+    status = item.get("status")
+    if isinstance(status, str) and status in RUN_STATUSES:
         return status
     c.bad(field, item.get("status"), "PASS or FAIL")
     return "BAD"
@@ -252,7 +301,8 @@ def _placement(raw: Any, c: _Checker) -> dict[str, Any] | None:
         c.bad("placement.modes", modes_raw, "an object")
         modes_raw = {}
     modes: dict[str, dict[str, Any]] = {}
-    for name, item in modes_raw.items():
+    names = c.items(list(modes_raw), "placement.modes")
+    for name, item in ((n, modes_raw[n]) for n in names):
         field = f"placement.modes.{clean_text(str(name), 40)}"
         if name not in PLACEMENT_MODES:
             c.bad(field, name, "a mode (" + ", ".join(PLACEMENT_MODES) + ")")
@@ -274,8 +324,10 @@ def _placement(raw: Any, c: _Checker) -> dict[str, Any] | None:
         if len(c.problems) != got and entry["status"] == "PASS":
             entry["status"] = "BAD"  # a PASS with a broken number is not shown as a PASS
         modes[name] = entry
-    chosen = c.text(raw, "chosen", "placement.chosen") or None
-    if chosen is not None and chosen not in PLACEMENT_MODES:
+    chosen = raw.get("chosen")
+    if chosen == "":
+        chosen = None
+    if chosen is not None and not (isinstance(chosen, str) and chosen in PLACEMENT_MODES):
         c.bad("placement.chosen", chosen, "a mode (" + ", ".join(PLACEMENT_MODES) + ")")
         chosen = None
     elif chosen is not None and chosen != "cpu":
@@ -334,14 +386,14 @@ def _serving(raw: Any, c: _Checker) -> dict[str, Any] | None:
         c.bad("serving.runs", runs_raw, "a list")
         runs_raw = []
     runs = []
-    for i, item in enumerate(runs_raw):
+    for i, item in enumerate(c.items(runs_raw, "serving.runs")):
         field = f"serving.runs[{i}]"
         if not isinstance(item, dict):
             c.bad(field, item, "an object")
             continue
         got = len(c.problems)
-        server = c.text(item, "server", f"{field}.server")
-        if server not in SERVERS:
+        server = item.get("server")
+        if not (isinstance(server, str) and server in SERVERS):
             c.bad(f"{field}.server", item.get("server"), "gpu or cpu")
         run = {
             "server": server,
@@ -411,17 +463,23 @@ def _goal(state, runs, ttft, decode, goal) -> tuple[bool | None, str]:
 
 def check_result(doc: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[str]]:
     """The document with every field the report reads in its type, and the problems found."""
+    where = shown(path)
     for key in ("verdict", "checks"):
         if key not in doc:
-            raise ResultError(f"{path}: result has no {key!r}: the run did not finish writing it")
+            raise ResultError(f"{where}: result has no {key!r}: the run did not finish writing it")
     c = _Checker()
     verdict = doc["verdict"]
     if not isinstance(verdict, str):
-        raise ResultError(f'{path}: verdict is {_show(verdict)}, not a string like "PASS"')
+        raise ResultError(f'{where}: verdict is {_show(verdict)}, not a string like "PASS"')
     if not isinstance(doc["checks"], list):
-        raise ResultError(f"{path}: checks is {_show(doc['checks'])}, not a list of checks")
+        raise ResultError(f"{where}: checks is {_show(doc['checks'])}, not a list of checks")
+    if c.word(doc, "verdict", "verdict", VERDICTS) is None:
+        verdict = clean_text(verdict, 40)  # shown, never taken for one of VERDICTS
     ratio_raw = c.mapping(doc, "ratio")
-    ratio: dict[str, Any] = {k: c.number(ratio_raw, k, f"ratio.{k}") for k in RATIO_NUMBERS}
+    ratio: dict[str, Any] = {
+        k: c.number(ratio_raw, k, f"ratio.{k}", 0, MAX_RATE if k.endswith("_tps") else MAX_RATIO)
+        for k in RATIO_NUMBERS
+    }
     ratio["prompt_tokens"] = c.whole(ratio_raw, "prompt_tokens", "ratio.prompt_tokens", 512)
     thresholds = c.mapping(doc, "thresholds")
     clean = {
@@ -442,51 +500,72 @@ def check_result(doc: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[
     return clean, c.problems
 
 
-def load_result(path: Path) -> dict[str, Any]:
-    """The parsed, type-checked result; `problems` lists what was malformed (maybe nothing)."""
+WANTED = "self-test result"  # read_regular: "pass the path of the self-test result file"
+
+
+def _parse(text: str, where: str, duplicates: list[str]) -> Any:
+    """JSON, every key given twice in one object noted in `duplicates`."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(items)
+        if len(obj) != len(items):
+            seen: set[str] = set()
+            for key, _ in items:
+                if key in seen:
+                    duplicates.append(f"the key {_show(key)} is given twice in one object")
+                seen.add(key)
+        return obj
+
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_RESULT_BYTES + 1)
-        if len(data) > MAX_RESULT_BYTES:
-            raise ResultError(
-                f"{path}: larger than {MAX_RESULT_BYTES >> 20} MiB: not a self-test result"
-            )
-        text = data.decode("utf-8")
-    except FileNotFoundError:
-        raise ResultError(
-            f"{path}: no such file; copy /var/lib/rocky-selftest/result.json from the board first"
-        ) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ResultError(f"{path}: cannot read: {err}") from None
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as err:
-        if isinstance(err, RecursionError):
-            raise ResultError(f"{path}: nested too deeply to be a self-test result") from None
-        if not isinstance(err, json.JSONDecodeError):  # e.g. an integer of 5000 digits
-            raise ResultError(
-                f"{path}: not a self-test result: {clean_text(str(err), 200)}"
-            ) from None
+        return json.loads(text, object_pairs_hook=pairs)
+    except RecursionError:
+        raise ResultError(f"{where}: nested too deeply to be a self-test result") from None
+    except json.JSONDecodeError as err:
         cut = not text.rstrip().endswith("}")
         hint = " (the file does not end with '}': truncated? copy it again)" if cut else ""
         raise ResultError(
-            f"{path}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}{hint}"
+            f"{where}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}{hint}"
         ) from None
+    except ValueError as err:  # e.g. an integer of 5000 digits
+        raise ResultError(f"{where}: not a self-test result: {clean_text(str(err), 200)}") from None
+
+
+def load_result(path: Path) -> dict[str, Any]:
+    """The parsed, type-checked result; `problems` lists what was malformed (maybe nothing)."""
+    where = shown(path)
+    try:
+        text = read_regular(path, MAX_RESULT_BYTES, WANTED).decode("utf-8")
+    except NotReadable as err:
+        if err.why == "missing":
+            raise ResultError(
+                f"{where}: no such file; copy /var/lib/rocky-selftest/result.json from the board "
+                "(`rocky-vulkan board HOST` fetches it)"
+            ) from None
+        raise ResultError(str(err)) from None
+    except UnicodeDecodeError as err:
+        raise ResultError(
+            f"{where}: not UTF-8 text (byte {err.start}): not a self-test result"
+        ) from None
+    duplicates: list[str] = []
+    doc = _parse(text, where, duplicates)
     if not isinstance(doc, dict) or doc.get("schema") != RESULT_SCHEMA:
-        raise ResultError(f'{path}: not a rocky-selftest result (no "schema": "{RESULT_SCHEMA}")')
+        raise ResultError(f'{where}: not a rocky-selftest result (no "schema": "{RESULT_SCHEMA}")')
     version = doc.get("schema_version")
     if type(version) is not int or version != RESULT_SCHEMA_VERSION:
         raise ResultError(
-            f"{path}: result schema_version {_show(version)}; this tool reads "
+            f"{where}: result schema_version {_show(version)}; this tool reads "
             f"{RESULT_SCHEMA_VERSION}: use the rocky-vulkan version that matches the image"
         )
-    return checked(doc, path)
+    return checked(doc, path, duplicates)
 
 
-def checked(doc: dict[str, Any], path: Path = Path("result.json")) -> dict[str, Any]:
-    """`doc` type-checked, with `problems` listing what was malformed; a checked doc as it is."""
+def checked(
+    doc: dict[str, Any], path: Path = Path("result.json"), duplicates: list[str] | None = None
+) -> dict[str, Any]:
+    """`doc` type-checked, with `problems` listing what was malformed (first any `duplicates`,
+    keys the file gives twice); a checked doc as it is."""
     if "problems" in doc:
         return doc
     clean, problems = check_result(doc, path)
-    clean["problems"] = problems
+    clean["problems"] = (duplicates or []) + problems
     return clean

@@ -38,6 +38,9 @@ NEW_KEY_HINT = (
 )
 
 
+KEY_FILE = "a public key file: " + NEW_KEY_HINT
+
+
 class SshKeyError(UserError):
     """A --ssh-key file that cannot go into the image; the config was not changed."""
 

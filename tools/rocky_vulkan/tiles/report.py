@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from rocky_vulkan.config import Reference
+from rocky_vulkan.host.plot_files import plain, save_png
+from rocky_vulkan.host.result_doc import clean_text
 from rocky_vulkan.tiles import CANDIDATES_PATH
 
 MAX_BARS = 40
+LABEL_TEXT = 40  # characters of a candidate's name under its bar
 
 
 def sim_by_spec(path: Path = CANDIDATES_PATH) -> dict[str, dict[str, Any]]:
@@ -80,21 +83,20 @@ def plot_tune(tune: dict[str, Any], ref: Reference, out: Path) -> Path:
         for c in ok
     ]
     ax.bar(range(len(ok)), [c["median_tps"] for c in ok], color=colours)
-    ax.set_xticks(range(len(ok)), [c["name"] for c in ok], rotation=70, ha="right", fontsize=6)
+    names = [plain(clean_text(c["name"], LABEL_TEXT)) for c in ok]
+    ax.set_xticks(range(len(ok)), names, rotation=70, ha="right", fontsize=6)
     ax.axhline(ref.tuned_tps, color="tab:red", linestyle=":", linewidth=1.2)
     ax.annotate(f"reference {ref.tuned_tps:g} t/s", (1.0, ref.tuned_tps),
                 xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=7,
                 color="tab:red")  # fmt: skip
     ax.set_ylabel("pp512 (tokens/s), median")
     ax.set_title(
-        f"tile tuning: {len(ok)} candidates measured, chosen {tune['winner'] or 'built-in'}"
+        f"tile tuning: {len(ok)} candidates measured, chosen "
+        f"{clean_text(tune['winner'] or 'built-in', LABEL_TEXT)}"
         " (green; grey = built-in)",
         parse_math=False,
         fontsize=9,
     )
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return save_png(fig, out)
