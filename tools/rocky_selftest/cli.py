@@ -163,7 +163,6 @@ class _Run:
         self.s, self.results_dir, self.motd, self.config_problem = _paths(args)
         self.note_dir = _note_dir(args)
         self.lock = RunLock(self.results_dir)
-        self.locked = False
         self.progress = Progress(self.results_dir, self.started, log=say)
 
     def checks(self) -> dict[str, Any]:
@@ -219,8 +218,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run = None
         try:
             run = _Run(args)
-            run.lock.__enter__()
-            run.locked = True
+            run.lock.acquire()
             clear_note(run.note_dir)
             doc = run.checks()
             stop.ending()
@@ -229,13 +227,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             say(f"rocky-selftest: {busy}")
             return EXIT_BUSY
         except Stopped as sig:
-            if run is None or not run.locked:  # nothing of this run is on disk to replace
+            if run is None or not run.lock.taken:  # nothing of this run is on disk to replace
                 say(f"rocky-selftest: stopped by {sig} before the run started; nothing changed")
                 return EXIT_ERROR
             return run.finish(run.stopped(sig))
         finally:
             if run is not None:
-                run.lock.__exit__()
+                run.lock.release()
 
 
 def cmd_publish(args: argparse.Namespace) -> int:

@@ -115,12 +115,12 @@ INT_RANGES = {
     "serve_parallel": (1, 16),
     "serving_generated_tokens": (2, 32768),
 }
-# Numbers: (lowest, highest, lowest allowed itself), finite.
+# Numbers, finite: (lowest, highest, whether each bound itself is allowed).
 FLOAT_RANGES = {
-    "tuned_vs_stock_ratio": (0.0, 1e6, False),
-    "ratio_tolerance": (0.0, 0.999999, True),
-    "kld_max_mean": (0.0, 1.0, False),
-    "kld_min_same_top_p": (0.0, 100.0, True),
+    "tuned_vs_stock_ratio": (0.0, 1e6, False, True),
+    "ratio_tolerance": (0.0, 1.0, True, False),
+    "kld_max_mean": (0.0, 1.0, False, True),
+    "kld_min_same_top_p": (0.0, 100.0, True, True),
 }
 # Strings that may be empty: no motd, the self-test's model, llama-server in bin_dir.
 EMPTY_OK = {"motd_path", "serve_model_path", "llama_server"}
@@ -175,10 +175,12 @@ def _whole(value: object, low: int, high: int) -> bool:
     return type(value) is int and low <= value <= high
 
 
-def _number(value: object, low: float, high: float, low_ok: bool = True) -> bool:
+def _number(value: object, low: float, high: float, low_ok=True, high_ok=True) -> bool:
     if type(value) not in (int, float) or not math.isfinite(value):
         return False
-    return (low <= value if low_ok else low < value) and value <= high
+    return (low <= value if low_ok else low < value) and (
+        value <= high if high_ok else value < high
+    )
 
 
 def _text(value: object, empty_ok: bool = False) -> bool:
@@ -205,9 +207,13 @@ def _problem(key: str, kind: str, value: object) -> str | None:
         low, high = INT_RANGES[key]
         return None if _whole(value, low, high) else f"a whole number {low}..{high}"
     if key in FLOAT_RANGES:
-        low, high, low_ok = FLOAT_RANGES[key]
-        ok = _number(value, low, high, low_ok)
-        return None if ok else f"a number {'from' if low_ok else 'above'} {low:g} to {high:g}"
+        low, high, low_ok, high_ok = FLOAT_RANGES[key]
+        if _number(value, low, high, low_ok, high_ok):
+            return None
+        return (
+            f"a number {'from' if low_ok else 'above'} {low:g} "
+            f"{'up to' if high_ok else 'below'} {high:g}"
+        )
     if key in CHOICES:
         return None if value in CHOICES[key] else f"one of {', '.join(CHOICES[key])}"
     if key == "model_sha256":

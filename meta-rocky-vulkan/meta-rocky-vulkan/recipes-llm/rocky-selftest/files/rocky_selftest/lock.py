@@ -35,15 +35,17 @@ class Busy(Exception):
 
 
 class RunLock:
-    """`with RunLock(results_dir):` holds the lock or raises Busy. Where the directory cannot
-    be opened (missing and not creatable) there is nothing to guard: the run's own write of
-    its marker then fails and says why."""
+    """`with RunLock(results_dir):` holds the lock or raises Busy (or `acquire()` and
+    `release()`; `taken` says whether this run may go on). Where the directory cannot be
+    opened (missing and not creatable) there is nothing to guard: the run's own write of its
+    marker then fails and says why."""
 
     def __init__(self, results_dir: str) -> None:
         self.results_dir = results_dir
         self.fd: int | None = None
+        self.taken = False
 
-    def __enter__(self) -> RunLock:
+    def acquire(self) -> None:
         try:
             os.makedirs(self.results_dir, exist_ok=True)
         except OSError:
@@ -51,7 +53,8 @@ class RunLock:
         try:
             fd = os.open(self.results_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
-            return self
+            self.taken = True
+            return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -60,14 +63,22 @@ class RunLock:
             raise Busy(self.results_dir, pid) from None
         except OSError:  # a file system without flock: no lock, as before there was one
             os.close(fd)
-            return self
-        self.fd = fd
-        return self
+        else:
+            self.fd = fd
+        self.taken = True
 
-    def __exit__(self, *exc: object) -> None:
+    def release(self) -> None:
         if self.fd is not None:
             os.close(self.fd)  # closing drops the lock
             self.fd = None
+        self.taken = False
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def holder(fd: int) -> int | None:
