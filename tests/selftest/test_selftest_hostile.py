@@ -59,6 +59,8 @@ def test_status_shows_an_unsaved_note_only_for_its_own_results_dir(tmp_path):
             pytest.skip("cannot make a directory read-only here")
         assert sc.by_hand().rc == 3
         assert "ERROR" in hostile.verdict_line(sc.status().out)
+        # `status` runs as any user: the note is as readable as result.json
+        assert (sc.notes / "verdict.json").stat().st_mode & 0o777 == 0o644
         other = tmp_path / "other"
         other.mkdir()
         (other / "result.json").write_text(json.dumps(OLD_PASS))

@@ -173,7 +173,9 @@ def write_note(note_dir: str | None, doc: dict[str, Any], log=say) -> None:
         return
     data = json.dumps(doc, sort_keys=True, allow_nan=False).encode("utf-8")
     try:
-        write_atomic(os.path.join(note_dir, NOTE_NAME), data, mode=0o600)
+        # Readable by all, as result.json is: `rocky-selftest status` (any user) shows it when
+        # the disk did not take the verdict.
+        write_atomic(os.path.join(note_dir, NOTE_NAME), data, mode=0o644)
     except (OSError, ValueError) as err:
         log(f"rocky-selftest: cannot leave the verdict note in {note_dir}: {err}")
 
