@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -63,3 +66,108 @@ def make_tiny_model(tmp_path_factory) -> Path:
 # fail a /v1/completions request with 500 "Failed to parse input at pos 0" (seen); a real model
 # emits whole characters. The serving step's requests in tests ban them (serving_logit_bias).
 TINY_TEXT_ONLY = {str(i): -100 for i in range(3 + 256)}
+
+
+# ---- a self-test run with a fake llama-bench (fault injection only) --------------------------
+
+STACK = ["gpu_driver", "csf_firmware", "no_vendor_driver", "vulkan_device"]
+# The server steps start llama-server and run llama-bench in three modes: tests of their own
+# (test_selftest_serving*.py).
+SERVER_STEPS = ["placement", "serving"]
+GOOD_ENTRY = {
+    "avg_ts": 123.5,
+    "samples_ts": [123.5],
+    "n_gpu_layers": 99,
+    "n_ubatch": 64,
+    "n_threads": 4,
+    "gpu_info": "Mali-G610 MC4",
+    "devices": "Vulkan0",
+    "build_commit": "389ff61",
+    "build_number": 9101,
+}
+OLD_PASS = {
+    "schema": "rocky-selftest-result",
+    "schema_version": 1,
+    "verdict": "PASS",
+    "started_at": "2026-01-01T00:00:00Z",
+    "finished_at": "2026-01-01T01:00:00Z",
+    "duration_s": 3600.0,
+    "checks": [{"name": "sweep", "status": "PASS", "evidence": "an old run"}],
+}
+
+
+def strict_json(text: str):
+    """json.loads that refuses NaN/Infinity, as every other JSON reader does."""
+
+    def refuse(name):
+        raise ValueError(f"{name} in JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def fake_tool(tmp: Path, name: str, body: str) -> Path:
+    """A bin dir whose `name` is `body` (sh). Fault injection, not a measurement."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / name
+    script.write_text("#!/bin/sh\n" + body + "\n")
+    script.chmod(0o755)
+    return bin_dir
+
+
+def fake_bench(tmp: Path, body: str) -> Path:
+    return fake_tool(tmp, "llama-bench", body)
+
+
+def printing(tmp: Path, json_text: str) -> Path:
+    payload = tmp / "bench.json"
+    payload.write_text(json_text)
+    return fake_bench(tmp, f"cat {payload}")
+
+
+def bench_config(tmp: Path, bin_dir: Path, results: Path, **kw) -> Path:
+    """A config that runs only the sweep (one tuned run at ub 64) with the llama-bench in
+    bin_dir; kw replaces any value."""
+    model = tmp / "model.gguf"
+    model.write_bytes(b"GGUF fake model: the fake llama-bench never reads it")
+    values = dict(
+        model_path=str(model),
+        ubatch_sizes=[64],
+        bin_dir=str(bin_dir),
+        run_timeout_s=60,
+        results_dir=str(results),
+        motd_path=str(tmp / "motd"),
+        sysroot=str(tmp / "noroot"),
+        gpu_wait_s=0,
+        sweep_modes=["tuned"],
+        skip_checks=[*STACK, "model_sha256", "ratio", "output_match", *SERVER_STEPS],
+    )
+    values.update(kw)
+    return write_config(tmp / "config.json", **values)
+
+
+def old_pass(results: Path) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "result.json").write_text(json.dumps(OLD_PASS))
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[str]:
+    """`path` made read-only: a read-only bind mount (EROFS) as root where mounting works, else
+    mode 0555 (EACCES; root ignores modes, so then nothing is read-only). Yields how."""
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        try:
+            yield "mode 0555"
+        finally:
+            path.chmod(0o755)
+        return
+    bind = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True)
+    if bind.returncode:
+        yield ""
+        return
+    try:
+        ro = subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True)
+        yield "" if ro.returncode else "read-only bind mount"
+    finally:
+        subprocess.run(["umount", str(path)], check=True)

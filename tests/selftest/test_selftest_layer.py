@@ -27,6 +27,9 @@ ALLOWED_IMPORTS = {
     "__future__", "argparse", "collections", "contextlib", "dataclasses", "errno", "glob",
     "hashlib", "json", "math", "os", "platform", "re", "shutil", "signal", "stat", "subprocess",
     "struct", "sys", "tempfile", "time", "traceback", "typing",
+    # the run lock and the tool-output reader: lib-dynload/fcntl and selectors.py are python3-core
+    # files in oe-core's python3-manifest.json
+    "fcntl", "selectors",
     # the serving step: http.client is in python3-netclient, socket in python3-io
     "http", "socket",
 }  # fmt: skip

@@ -209,7 +209,10 @@ def test_tune_section_lands_in_result_json(tmp_path):
     from rocky_selftest.results import read_result, write_result
 
     env = _setup(tmp_path, [20.0, 31.0, 25.0], n=3)
-    write_result(str(env["results"]), base_doc("PASS", "2026-12-03T00:00:00Z"))
+    passed = {"name": "sweep", "status": "PASS", "evidence": "a run"}  # no PASS without one
+    write_result(
+        str(env["results"]), base_doc("PASS", "2026-12-03T00:00:00Z") | {"checks": [passed]}
+    )
     done = subprocess.run(_tune_cmd(env), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     doc = read_result(str(env["results"]))

@@ -26,83 +26,20 @@ from rocky_selftest.cli import main
 from rocky_selftest.results import write_result
 
 from tests.helpers.project import ROOT
-from tests.helpers.selftest import write_config
+from tests.helpers.selftest import (
+    GOOD_ENTRY,
+    OLD_PASS,
+    SERVER_STEPS,
+    STACK,
+    bench_config,
+    fake_bench,
+    old_pass,
+    printing,
+    read_only,
+    strict_json,
+)
 
 pytestmark = pytest.mark.timeout(120)
-
-STACK = ["gpu_driver", "csf_firmware", "no_vendor_driver", "vulkan_device"]
-# The server steps start llama-server and run llama-bench in three modes: tests of their own
-# (test_selftest_serving*.py).
-SERVER_STEPS = ["placement", "serving"]
-GOOD_ENTRY = {
-    "avg_ts": 123.5,
-    "samples_ts": [123.5],
-    "n_gpu_layers": 99,
-    "n_ubatch": 64,
-    "n_threads": 4,
-    "gpu_info": "Mali-G610 MC4",
-    "devices": "Vulkan0",
-    "build_commit": "389ff61",
-    "build_number": 9101,
-}
-OLD_PASS = {
-    "schema": "rocky-selftest-result",
-    "schema_version": 1,
-    "verdict": "PASS",
-    "started_at": "2026-01-01T00:00:00Z",
-    "finished_at": "2026-01-01T01:00:00Z",
-    "duration_s": 3600.0,
-    "checks": [{"name": "sweep", "status": "PASS", "evidence": "an old run"}],
-}
-
-
-def strict_json(text: str):
-    """json.loads that refuses NaN/Infinity, as every other JSON reader does."""
-
-    def refuse(name):
-        raise ValueError(f"{name} in JSON")
-
-    return json.loads(text, parse_constant=refuse)
-
-
-def fake_bench(tmp: Path, body: str) -> Path:
-    """A bin dir whose llama-bench is `body` (sh). Fault injection, not a measurement."""
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    script = bin_dir / "llama-bench"
-    script.write_text("#!/bin/sh\n" + body + "\n")
-    script.chmod(0o755)
-    return bin_dir
-
-
-def printing(tmp: Path, json_text: str) -> Path:
-    payload = tmp / "bench.json"
-    payload.write_text(json_text)
-    return fake_bench(tmp, f"cat {payload}")
-
-
-def config(tmp: Path, bin_dir: Path, results: Path, **kw) -> Path:
-    model = tmp / "model.gguf"
-    model.write_bytes(b"GGUF fake model: the fake llama-bench never reads it")
-    values = dict(
-        model_path=str(model),
-        ubatch_sizes=[64],
-        bin_dir=str(bin_dir),
-        run_timeout_s=60,
-        results_dir=str(results),
-        motd_path=str(tmp / "motd"),
-        sysroot=str(tmp / "noroot"),
-        gpu_wait_s=0,
-        sweep_modes=["tuned"],
-        skip_checks=[*STACK, "model_sha256", "ratio", "output_match", *SERVER_STEPS],
-    )
-    values.update(kw)
-    return write_config(tmp / "config.json", **values)
-
-
-def old_pass(results: Path) -> None:
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "result.json").write_text(json.dumps(OLD_PASS))
 
 
 # ---- malformed and non-finite numbers -------------------------------------------------------
@@ -127,7 +64,7 @@ def test_malformed_bench_numbers_are_a_failed_run_with_a_saved_verdict(tmp_path,
     change, key = MALFORMED[case]
     # json.dumps writes NaN/Infinity as llama-bench's JSON would carry them: bare tokens.
     bin_dir = printing(tmp_path, json.dumps([{**GOOD_ENTRY, **change}]))
-    cfg = config(tmp_path, bin_dir, tmp_path / "results")
+    cfg = bench_config(tmp_path, bin_dir, tmp_path / "results")
     rc = main(["--config", str(cfg), "run"])
     out = capsys.readouterr()
     assert "Traceback" not in out.out + out.err
@@ -143,7 +80,7 @@ def test_malformed_bench_numbers_are_a_failed_run_with_a_saved_verdict(tmp_path,
 def test_a_well_formed_entry_still_passes(tmp_path):
     # The same path with nothing wrong: the checks above fail for the right reason.
     bin_dir = printing(tmp_path, json.dumps([GOOD_ENTRY]))
-    cfg = config(tmp_path, bin_dir, tmp_path / "results")
+    cfg = bench_config(tmp_path, bin_dir, tmp_path / "results")
     assert main(["--config", str(cfg), "run"]) == 0
     doc = strict_json((tmp_path / "results/result.json").read_text())
     assert doc["verdict"] == "PASS" and doc["sweep"][0]["avg_ts"] == 123.5
@@ -175,27 +112,13 @@ def _can_mount() -> bool:
 
 @pytest.fixture
 def read_only_results(tmp_path):
-    """A results dir holding an old PASS, made read-only: a read-only bind mount (EROFS) as
-    root, or mode 0555 (EACCES) for other users (root ignores modes)."""
+    """A results dir holding an old PASS, made read-only (tests.helpers.selftest.read_only)."""
     results = tmp_path / "results"
     old_pass(results)
-    if os.geteuid() != 0:
-        results.chmod(0o555)
+    with read_only(results) as how:
+        if not how:
+            pytest.skip("cannot make a directory read-only here (no bind mount as root)")
         yield results
-        results.chmod(0o755)
-        return
-    bind = subprocess.run(["mount", "--bind", str(results), str(results)], capture_output=True)
-    if bind.returncode:
-        pytest.skip(f"cannot bind-mount as root here: {bind.stderr.decode().strip()}")
-    try:
-        ro = subprocess.run(
-            ["mount", "-o", "remount,bind,ro", str(results)], capture_output=True, text=True
-        )
-        if ro.returncode:
-            pytest.skip(f"cannot remount read-only here: {ro.stderr.strip()}")
-        yield results
-    finally:
-        subprocess.run(["umount", str(results)], check=True)
 
 
 def test_read_only_results_dir_gives_a_visible_error_never_the_old_pass(
@@ -203,7 +126,7 @@ def test_read_only_results_dir_gives_a_visible_error_never_the_old_pass(
 ):
     results = read_only_results
     bin_dir = printing(tmp_path, json.dumps([GOOD_ENTRY]))
-    cfg = config(tmp_path, bin_dir, results)
+    cfg = bench_config(tmp_path, bin_dir, results)
     notes, console, stamp = tmp_path / "run", tmp_path / "console", tmp_path / "stamp"
     notes.mkdir()
     rc = main(["--config", str(cfg), "run", "--note-dir", str(notes), "--stamp", str(stamp)])
@@ -263,7 +186,7 @@ def test_full_disk_before_the_run_error_verdict_and_the_old_pass_is_gone(tmp_pat
     fill(tiny_fs)
     calls = tmp_path / "calls"
     bin_dir = fake_bench(tmp_path, f"echo run >> {calls}; cat {tmp_path}/none")
-    cfg = config(tmp_path, bin_dir, results)
+    cfg = bench_config(tmp_path, bin_dir, results)
     rc = main(["--config", str(cfg), "run", "--note-dir", str(tmp_path)])
     out = capsys.readouterr()
     assert "Traceback" not in out.out + out.err
@@ -286,7 +209,7 @@ def test_disk_fills_during_the_run_the_verdict_says_error_with_the_checks(
     bin_dir = fake_bench(tmp_path, f"dd if=/dev/zero of={filler} bs=4k 2>/dev/null; cat {payload}")
     results = tiny_fs / "results"
     old_pass(results)
-    cfg = config(tmp_path, bin_dir, results)
+    cfg = bench_config(tmp_path, bin_dir, results)
     rc = main(["--config", str(cfg), "run"])
     out = capsys.readouterr()
     assert "Traceback" not in out.out + out.err
@@ -311,7 +234,7 @@ def test_full_disk_fake_when_nothing_can_be_written_no_stale_pass_remains(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(results_mod, "_write_all", no_space)
-    cfg = config(tmp_path, printing(tmp_path, json.dumps([GOOD_ENTRY])), results)
+    cfg = bench_config(tmp_path, printing(tmp_path, json.dumps([GOOD_ENTRY])), results)
     stamp = tmp_path / "stamp"
     rc = main(["--config", str(cfg), "run", "--stamp", str(stamp)])
     out = capsys.readouterr().out
@@ -327,7 +250,7 @@ def test_full_disk_fake_when_nothing_can_be_written_no_stale_pass_remains(
 def _start_run(tmp: Path, results: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
     started = tmp / "bench-started"
     bin_dir = fake_bench(tmp, f"echo $$ > {started}; exec sleep 60")
-    cfg = config(tmp, bin_dir, results, run_timeout_s=120)
+    cfg = bench_config(tmp, bin_dir, results, run_timeout_s=120)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tools")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "rocky_selftest", "--config", str(cfg), "run", *extra],
@@ -459,7 +382,7 @@ def test_kill_during_the_write_leaves_the_old_or_the_new_file_complete(tmp_path)
 def test_unit_that_failed_to_start_shows_error_not_an_older_pass(tmp_path, monkeypatch):
     results = tmp_path / "results"
     old_pass(results)
-    cfg = config(tmp_path, tmp_path / "nobin", results)
+    cfg = bench_config(tmp_path, tmp_path / "nobin", results)
     notes = tmp_path / "run"
     notes.mkdir()  # systemd made the runtime dir; the run step never ran (216/GROUP)
     for key, value in {"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited",
@@ -481,7 +404,10 @@ def test_broken_config_still_gives_an_error_verdict_through_the_root_step(tmp_pa
     bad.write_text("{not json")
     notes = tmp_path / "run"
     notes.mkdir()
-    assert main(["--config", str(bad), "run", "--note-dir", str(notes)]) == 2
+    paths = ["--results-dir", str(results), "--motd", str(tmp_path / "motd")]
+    assert main(["--config", str(bad), "run", "--note-dir", str(notes), *paths]) == 2
+    # The run saves its ERROR itself (a by-hand run has no root step after it).
+    assert strict_json((results / "result.json").read_text())["verdict"] == "ERROR"
     console = tmp_path / "console"
     main(["--config", str(bad), "publish", "--note-dir", str(notes), "--console", str(console),
           "--results-dir", str(results), "--motd", str(tmp_path / "motd")])  # fmt: skip
@@ -502,7 +428,7 @@ def test_a_check_that_raises_is_an_error_line_and_the_others_still_run(
 
     monkeypatch.setattr(sequence, "check_model", boom)
     bin_dir = printing(tmp_path, json.dumps([GOOD_ENTRY]))
-    cfg = config(tmp_path, bin_dir, tmp_path / "results", skip_checks=[*STACK, "ratio",
+    cfg = bench_config(tmp_path, bin_dir, tmp_path / "results", skip_checks=[*STACK, "ratio",
                  "output_match", *SERVER_STEPS])  # fmt: skip
     assert main(["--config", str(cfg), "run"]) == 3
     doc = strict_json((tmp_path / "results/result.json").read_text())
@@ -521,7 +447,7 @@ def test_root_step_replaces_control_characters_from_the_note(tmp_path):
            "checks": [{"name": "sweep", "status": "FAIL", "evidence": evil}]}  # fmt: skip
     (notes / "verdict.json").write_text(json.dumps(doc))
     console = tmp_path / "console"
-    cfg = config(tmp_path, tmp_path / "nobin", tmp_path / "results")
+    cfg = bench_config(tmp_path, tmp_path / "nobin", tmp_path / "results")
     main(["--config", str(cfg), "publish", "--note-dir", str(notes), "--console", str(console)])
     text = console.read_text() + (tmp_path / "motd").read_text()
     assert "\x1b" not in text and "\x07" not in text and "\r" not in text
@@ -543,7 +469,7 @@ def test_root_step_ignores_a_malformed_note_and_reports_an_error(tmp_path, note)
     notes.mkdir()
     (notes / "verdict.json").write_text(note)
     console = tmp_path / "console"
-    cfg = config(tmp_path, tmp_path / "nobin", tmp_path / "results")
+    cfg = bench_config(tmp_path, tmp_path / "nobin", tmp_path / "results")
     assert main(["--config", str(cfg), "publish", "--note-dir", str(notes),
                  "--console", str(console)]) == 0  # fmt: skip
     assert console.read_text().startswith("rocky-selftest ERROR")
@@ -557,7 +483,7 @@ def test_root_step_does_not_follow_a_symlinked_note(tmp_path):
     elsewhere.write_text(json.dumps({**OLD_PASS, "result_saved": True}))
     (notes / "verdict.json").symlink_to(elsewhere)
     console = tmp_path / "console"
-    cfg = config(tmp_path, tmp_path / "nobin", tmp_path / "results")
+    cfg = bench_config(tmp_path, tmp_path / "nobin", tmp_path / "results")
     main(["--config", str(cfg), "publish", "--note-dir", str(notes), "--console", str(console)])
     assert console.read_text().startswith("rocky-selftest ERROR")
 

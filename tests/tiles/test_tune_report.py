@@ -24,7 +24,9 @@ REF = load_config(ROOT / "rocky-vulkan.yaml").selftest.reference
 
 def _tuned_result(tmp_path, tps):
     env = _setup(tmp_path, tps, n=len(tps))
-    doc = base_doc("PASS", "2026-12-03T00:00:00Z") | {"checks": [], "finished_at": "x"}
+    # A PASS with its passing check: the tuner records only into a result the self-test writes.
+    passed = [{"name": "sweep", "status": "PASS", "evidence": "a run"}]
+    doc = base_doc("PASS", "2026-12-03T00:00:00Z") | {"checks": passed, "finished_at": "x"}
     write_result(str(env["results"]), doc)
     cmd = [sys.executable, "-m", "rocky_selftest", "--config", str(env["config"]), "tune"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from typing import Any
 
 from .checks import Check, failed, passed
+from .files import parse_json
 from .kld import tiles_used
-from .runner import RunResult, run_tool
-from .settings import Settings
+from .runner import RunResult, clip, run_tool
+from .settings import MODES, Settings
+from .terminal import say
 
-MODES = ("tuned", "stock", "cpu")
+MAX_FIELD = 200  # characters kept of a text field of llama-bench's JSON (gpu_info, ...)
 
 
 class Deadline:
@@ -71,7 +72,7 @@ def _count(entry: dict[str, Any], key: str) -> int | None | str:
 
 def _text(entry: dict[str, Any], key: str) -> str | None:
     value = entry.get(key)
-    return value if isinstance(value, str) else None
+    return clip(value, MAX_FIELD) if isinstance(value, str) else None
 
 
 def clean_entry(entry: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
@@ -108,7 +109,7 @@ def clean_entry(entry: dict[str, Any]) -> tuple[dict[str, Any] | None, str | Non
 def parse_bench_json(stdout: str) -> tuple[dict[str, Any] | None, str | None]:
     """The first test entry of llama-bench's JSON, type-checked, or why there is none."""
     try:
-        data = json.loads(stdout)
+        data = parse_json(stdout, allow_nan=True)  # NaN is then named by clean_entry
     except ValueError:
         snippet = stdout.strip()[:60]
         return None, f"invalid JSON on stdout ({len(stdout)} bytes: {snippet!r})"
@@ -181,7 +182,7 @@ def run_bench(s: Settings, mode: str, ubatch: int | None, deadline: Deadline) ->
     return record
 
 
-def sweep(s: Settings, deadline: Deadline, log=print) -> tuple[Check, list[dict[str, Any]]]:
+def sweep(s: Settings, deadline: Deadline, log=say) -> tuple[Check, list[dict[str, Any]]]:
     """Every ub in every sweep mode, interleaved per ub; a crash is recorded, the sweep goes on."""
     runs = []
     for ub in s.ubatch_sizes:
@@ -223,7 +224,7 @@ def ratio_verdict(s: Settings, tuned: float, stock: float, cpu: float) -> tuple[
     return ok, text
 
 
-def ratio(s: Settings, deadline: Deadline, log=print) -> tuple[Check, dict[str, Any]]:
+def ratio(s: Settings, deadline: Deadline, log=say) -> tuple[Check, dict[str, Any]]:
     """pp at the default ub, tuned/stock/CPU interleaved per repeat so drift hits all alike."""
     runs = []
     for rep in range(s.repetitions):

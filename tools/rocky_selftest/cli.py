@@ -9,15 +9,16 @@ nothing else does.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import traceback
-from contextlib import contextmanager
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
+from . import outcome
+from .lock import EXIT_BUSY, Busy, RunLock
 from .outcome import (
-    DEFAULT_NOTE_DIR,
     Progress,
     clear_note,
     error_doc,
@@ -28,7 +29,7 @@ from .outcome import (
     save_verdict,
     write_note,
 )
-from .publish import printable, settle
+from .publish import busy_run_step, printable, settle
 from .results import (
     ERROR,
     IN_PROGRESS,
@@ -41,8 +42,10 @@ from .results import (
     update_motd,
     write_atomic,
 )
+from .runner import STOP_SIGNALS
 from .sequence import CHECK_ORDER, run_selftest
-from .settings import DEFAULT_CONFIG, Settings, SettingsError, load_settings
+from .settings import DEFAULT_CONFIG, Settings, SettingsError, fallback_paths, load_settings
+from .terminal import say
 
 __all__ = ["CHECK_ORDER", "main"]
 
@@ -50,30 +53,44 @@ EXIT_FAIL = 1
 EXIT_USAGE = 2
 EXIT_ERROR = 3
 EXIT_CODES = {PASS: 0, "FAIL": EXIT_FAIL, ERROR: EXIT_ERROR}
+CONFIG_FIX = "fix the config (rendered from rocky-vulkan.yaml), then run `rocky-selftest run`"
 
 
 class Stopped(BaseException):
-    """SIGTERM (systemd's stop or timeout) or SIGHUP arrived: end with an ERROR verdict."""
+    """A stop signal arrived (systemd's stop or timeout, Ctrl-C, a closed terminal, ...): end
+    with an ERROR verdict naming it."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
 
 
-def _say(text: str) -> None:
-    print(text, flush=True)
+class StopSignals:
+    """`with StopSignals() as stop:` every stop signal raises Stopped, once: a second one (Ctrl-C
+    pressed again) must not cut short the verdict the first one started; neither may one that
+    arrives after `stop.ending()`, while the finished run's verdict is written."""
 
+    def __init__(self) -> None:
+        self.done = False  # from here on a stop signal is ignored
+        self.fired = False
+        self.old: dict[int, Any] = {}
 
-@contextmanager
-def _stop_signals_raise():
-    def handler(signum, _frame):
-        raise Stopped(signum)
+    def _handler(self, signum: int, _frame: object) -> None:
+        if not self.done:
+            self.done = self.fired = True
+            raise Stopped(signum)
 
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
+    def ending(self) -> None:
+        self.done = True
+
+    def __enter__(self) -> StopSignals:
+        self.old = {sig: signal.signal(sig, self._handler) for sig in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self.old.items():
+            # After a stop the process ends with the verdict that signal started: a late one
+            # is ignored (SIG_IGN: Python resets its own handlers to the default at exit).
+            signal.signal(sig, signal.SIG_IGN if self.fired else previous)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -86,21 +103,44 @@ def _settings(args: argparse.Namespace) -> Settings:
     return replace(s, **overrides)
 
 
+def _paths(args: argparse.Namespace) -> tuple[Settings | None, str, str | None, str | None]:
+    """(settings, results_dir, motd_path, why the config cannot be used). With a broken config
+    the verdict still goes where it is looked for: the command line's paths, else the config's
+    own where sound, else the board's."""
+    try:
+        s = _settings(args)
+        return s, s.results_dir, s.motd_path, None
+    except SettingsError as err:
+        results, motd = fallback_paths(args.config)
+        if args.results_dir is not None:
+            results = args.results_dir
+        if args.motd_path is not None:
+            motd = args.motd_path
+        return None, results, motd, f"config: {err}; {CONFIG_FIX}"
+
+
+def _note_dir(args: argparse.Namespace) -> str:
+    """The runtime dir (tmpfs) for the run's final words: given, or the unit's own."""
+    return args.note_dir if args.note_dir is not None else outcome.DEFAULT_NOTE_DIR
+
+
 def show(lines: list[str], motd_path: str | None, console: str | None) -> None:
     """The short verdict on stdout (the journal), in the motd and on the console."""
     lines = printable(lines)
-    _say("\n".join(lines))
+    say("\n".join(lines))
     if motd_path:
         try:
             update_motd(motd_path, lines)
         except OSError as err:
-            _say(f"rocky-selftest: cannot update {motd_path}: {os_error_text(err)}")
+            say(f"rocky-selftest: cannot update {motd_path}: {os_error_text(err)}")
+        except ValueError as err:  # files.UnreadableFile: a FIFO, a device, not text
+            say(f"rocky-selftest: cannot update the motd: {err}")
     if console:
         try:
             with open(console, "w", encoding="utf-8") as out:
                 out.write("\n".join(lines) + "\n")
         except OSError as err:
-            _say(f"rocky-selftest: cannot write to {console}: {os_error_text(err)}")
+            say(f"rocky-selftest: cannot write to {console}: {os_error_text(err)}")
 
 
 def _stamp(path: str | None, doc: dict[str, Any]) -> None:
@@ -111,128 +151,186 @@ def _stamp(path: str | None, doc: dict[str, Any]) -> None:
     try:
         write_atomic(path, f"{doc['verdict']} {doc.get('finished_at', now())}\n".encode())
     except OSError as err:
-        _say(f"rocky-selftest: cannot write the stamp {path}: {os_error_text(err)}")
+        say(f"rocky-selftest: cannot write the stamp {path}: {os_error_text(err)}")
 
 
-def _finish(s: Settings, args: argparse.Namespace, doc: dict[str, Any]) -> int:
-    doc = save_verdict(s.results_dir, doc)
-    write_note(args.note_dir, doc, log=_say)
-    show(summary_lines(doc), s.motd_path, args.console)
-    if doc.get("result_saved"):
-        _say(f"rocky-selftest: wrote {doc['result_path']}")
-    _stamp(args.stamp, doc)
-    return EXIT_CODES.get(doc["verdict"], EXIT_ERROR)
+class _Run:
+    """One `rocky-selftest run`: the paths it writes, its lock and its progress marker."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.started = now()
+        self.s, self.results_dir, self.motd, self.config_problem = _paths(args)
+        self.note_dir = _note_dir(args)
+        self.lock = RunLock(self.results_dir)
+        self.progress = Progress(self.results_dir, self.started, log=say)
+
+    def checks(self) -> dict[str, Any]:
+        """The run's document: the checks' verdict, or an ERROR naming why none was possible."""
+        if self.config_problem:
+            return error_doc(self.config_problem, self.started)
+        s, args = self.s, self.args
+        remove_stale_temps(result_path(s.results_dir))
+        if args.stamp:
+            previous = peek_result(s.results_dir)
+            if previous and previous["verdict"] == IN_PROGRESS:
+                # The last first-boot run never ended (reset, hang, kill: it holds no lock any
+                # more): report it, don't loop.
+                return interrupted_doc(previous)
+        try:
+            self.progress.start()  # replaces the old result: no stale verdict can outlive this
+        except OSError as err:
+            return error_doc(
+                f"cannot write {result_path(s.results_dir)}: {os_error_text(err)}; nothing was "
+                "run. Free space or make the directory writable, then run `rocky-selftest run`",
+                self.started,
+            )
+        try:
+            return run_selftest(s, progress=self.progress.step, started=self.started)
+        except Exception as err:  # a bug: still a verdict, and the traceback in the journal
+            say(traceback.format_exc(), sys.stderr)
+            return error_doc(
+                f"internal error in step {self.progress.current!r}: {err!r}", self.started
+            )
+
+    def stopped(self, stop: Stopped) -> dict[str, Any]:
+        return error_doc(f"stopped by {stop} during step {self.progress.current!r}", self.started)
+
+    def finish(self, doc: dict[str, Any]) -> int:
+        doc = save_verdict(self.results_dir, doc)
+        if self.args.note_dir is not None or not doc.get("result_saved"):
+            # The unit's root step reads every note; by hand, `status` needs one only when the
+            # disk did not take the verdict (the older result.json there must not stand).
+            write_note(self.note_dir, doc, log=say)
+        show(summary_lines(doc), self.motd, self.args.console)
+        if doc.get("result_saved"):
+            say(f"rocky-selftest: wrote {doc['result_path']}")
+        _stamp(self.args.stamp, doc)
+        if self.config_problem:
+            return EXIT_USAGE
+        return EXIT_CODES.get(doc["verdict"], EXIT_ERROR)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    clear_note(args.note_dir)
-    s = _settings(args)
-    started = now()
-    remove_stale_temps(result_path(s.results_dir))
-    if args.stamp:
-        previous = peek_result(s.results_dir)
-        if previous and previous["verdict"] == IN_PROGRESS:
-            # The last first-boot run never ended (reset, hang, kill): report it, don't loop.
-            return _finish(s, args, interrupted_doc(previous))
-    progress = Progress(s.results_dir, started, log=_say)
-    try:
-        progress.start()  # replaces the old result: no stale verdict can outlive this run
-    except OSError as err:
-        cause = (
-            f"cannot write {result_path(s.results_dir)}: {os_error_text(err)}; nothing was run. "
-            "Free space or make the directory writable, then run `rocky-selftest run`"
-        )
-        return _finish(s, args, error_doc(cause, started))
-    try:
-        with _stop_signals_raise():
-            doc = run_selftest(s, progress=progress.step, started=started)
-    except Stopped as stop:
-        doc = error_doc(f"stopped by {stop} during step {progress.current!r}", started)
-    except Exception as err:  # a bug: still a verdict, and the traceback in the journal
-        traceback.print_exc()
-        doc = error_doc(f"internal error in step {progress.current!r}: {err!r}", started)
-    return _finish(s, args, doc)
-
-
-def _fallback_paths(args: argparse.Namespace) -> tuple[str, str | None]:
-    """results_dir and motd_path for `publish` even when the config is broken."""
-    try:
-        s = _settings(args)
-        return s.results_dir, s.motd_path
-    except SettingsError as err:
-        _say(f"rocky-selftest: {err}; using the default paths")
-        defaults = {f.name: f.default for f in fields(Settings)}
-        results = args.results_dir if args.results_dir is not None else defaults["results_dir"]
-        motd = args.motd_path if args.motd_path is not None else defaults["motd_path"]
-        return results, motd
+    """Every check, under the lock; every way it ends (a verdict, a broken config, a stop
+    signal, a bug) is a verdict saved and shown, and another run in progress is left alone."""
+    with StopSignals() as stop:
+        run = None
+        try:
+            run = _Run(args)
+            run.lock.acquire()
+            clear_note(run.note_dir)
+            doc = run.checks()
+            stop.ending()
+            return run.finish(doc)
+        except Busy as busy:
+            say(f"rocky-selftest: {busy}")
+            return EXIT_BUSY
+        except Stopped as sig:
+            if run is None or not run.lock.taken:  # nothing of this run is on disk to replace
+                say(f"rocky-selftest: stopped by {sig} before the run started; nothing changed")
+                return EXIT_ERROR
+            return run.finish(run.stopped(sig))
+        finally:
+            if run is not None:
+                run.lock.release()
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    results_dir, motd = _fallback_paths(args)
-    doc = settle(results_dir, args.note_dir)
-    show(summary_lines(doc), motd, args.console)
-    _stamp(args.stamp, doc)
+    _, results_dir, motd, problem = _paths(args)
+    if problem:
+        say(f"rocky-selftest: {problem}")
+    if busy_run_step(os.environ):
+        say(
+            "rocky-selftest: the run step found another run in progress and changed nothing; "
+            "the first-boot self-test runs again at the next boot"
+        )
+        return 0
+    try:
+        with RunLock(results_dir):
+            doc = settle(results_dir, args.note_dir)
+            show(summary_lines(doc), motd, args.console)
+            _stamp(args.stamp, doc)
+    except Busy as busy:
+        say(f"rocky-selftest publish: {busy}; its verdict is shown when it ends")
+        return EXIT_BUSY
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    s = _settings(args)
-    note = read_note(args.note_dir)
-    if note is not None and note.get("result_saved") is False:
+    s, results_dir, _, problem = _paths(args)
+    if problem:
+        # Any run now would end here: no older verdict stands for the board as it is.
+        say("\n".join(printable([f"rocky-selftest ERROR ({now()})", f"  ERROR {problem}"])))
+        return EXIT_USAGE
+    note_dir = _note_dir(args)
+    note = read_note(note_dir)
+    unsaved = note is not None and note.get("result_saved") is False
+    if unsaved and note.get("result_path") == result_path(results_dir):
         # The last run's verdict never reached the disk: what is there is older than it.
-        _say("\n".join(printable(summary_lines(note))))
-        _say(f"  (from {args.note_dir}; result.json on disk is older than this run)")
+        say("\n".join(printable(summary_lines(note))))
+        say(f"  (from {note_dir}; result.json on disk is older than this run)")
         return EXIT_CODES.get(note["verdict"], EXIT_ERROR)
     try:
-        doc = read_result(s.results_dir)
+        doc = read_result(results_dir)
     except ValueError as err:
-        _say(f"rocky-selftest: {err}")
+        say(f"rocky-selftest: {err}; run `rocky-selftest run` for a new result")
         return EXIT_FAIL
     if doc is None:
-        _say(f"rocky-selftest: no result yet in {s.results_dir}; run `rocky-selftest run`")
+        say(f"rocky-selftest: no result yet in {results_dir}; run `rocky-selftest run`")
         return EXIT_USAGE
-    _say("\n".join(printable(summary_lines(doc))))
+    say("\n".join(printable(summary_lines(doc))))
     return 0 if doc["verdict"] == PASS else EXIT_FAIL
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    """Tune (or re-check) the matmul tiles; the choice goes to tuned-tiles.env."""
+    """Tune (or re-check) the matmul tiles; the choice goes to tuned-tiles.env. Under the run
+    lock: a tune and a self-test run never share the GPU or write result.json together."""
     from . import tune
 
     s = _settings(args)
     if args.budget is not None:
         s = replace(s, tune_budget_s=args.budget)
-    if args.first_boot:
-        if not s.tune_at_first_boot:
-            _say("rocky-selftest tune: tune_at_first_boot is off in the config; nothing to do")
-            return 0
-        doc = peek_result(s.results_dir)
-        if not doc or doc.get("verdict") != PASS:
-            verdict = doc.get("verdict") if doc else "none"
-            _say(f"rocky-selftest tune: the self-test verdict is {verdict}, not PASS: not tuning")
-            return 0
     try:
-        with _stop_signals_raise():
+        with StopSignals(), RunLock(s.results_dir):
+            why_not = _first_boot_gate(s) if args.first_boot else None
+            if why_not:
+                say(f"rocky-selftest tune: {why_not}")
+                return 0
             if args.verify:
-                section = {"verify": tune.verify_choice(s, log=_say), "checked_at": now()}
-                tune.record_in_result(s.results_dir, {**(_old_tune(s) or {}), **section}, _say)
+                section = {"verify": tune.verify_choice(s, log=say), "checked_at": now()}
+                tune.record_in_result(s.results_dir, {**(_old_tune(s) or {}), **section}, say)
                 return 0 if section["verify"]["ok"] else EXIT_FAIL
             if args.restart:
                 tune.restart(s)
-            summary = tune.Tuner(s, log=_say).run()
+            summary = tune.Tuner(s, log=say).run()
+            tune.record_in_result(s.results_dir, summary, say)
+    except Busy as busy:  # the first-boot tune has no stamp then: it runs at the next boot
+        say(f"rocky-selftest tune: {busy}")
+        return EXIT_BUSY
     except Stopped as stop:
-        _say(f"rocky-selftest tune: stopped by {stop}; `rocky-selftest tune` resumes it")
+        say(f"rocky-selftest tune: stopped by {stop}; `rocky-selftest tune` resumes it")
         return EXIT_ERROR
     except (tune.TuneFileError, OSError) as err:
-        _say(f"rocky-selftest tune: {err}")
+        say(f"rocky-selftest tune: {err}")
         return EXIT_ERROR
-    tune.record_in_result(s.results_dir, summary, _say)
     if args.stamp and summary["phase"] == "done":
         try:
             write_atomic(args.stamp, f"{summary['winner'] or 'builtin'} {now()}\n".encode())
         except OSError as err:  # the next boot then looks again; the choice itself is saved
-            _say(f"rocky-selftest tune: cannot write the stamp {args.stamp}: {os_error_text(err)}")
+            say(f"rocky-selftest tune: cannot write the stamp {args.stamp}: {os_error_text(err)}")
     return 0
+
+
+def _first_boot_gate(s: Settings) -> str | None:
+    """Why the first-boot tune does nothing, or None when it tunes."""
+    if not s.tune_at_first_boot:
+        return "tune_at_first_boot is off in the config; nothing to do"
+    doc = peek_result(s.results_dir)
+    verdict = doc.get("verdict") if doc else "none"
+    if verdict != PASS:
+        return f"the self-test verdict is {verdict}, not PASS: not tuning"
+    return None
 
 
 def _old_tune(s: Settings) -> dict[str, Any] | None:
@@ -245,7 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="default: %(default)s")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
-        "run", help="run every check and write the result (exit 0 PASS, 1 FAIL, 3 ERROR)"
+        "run",
+        help="run every check and write the result (exit 0 PASS, 1 FAIL, 2 config unusable, "
+        f"3 ERROR, {EXIT_BUSY} another run in progress)",
     )
     publish = sub.add_parser(
         "publish", help="root step: show the last run's verdict on console, motd and journal"
@@ -267,14 +367,14 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (run, publish):
         p.add_argument("--stamp", help="first-boot stamp, written once a verdict is saved")
         p.add_argument("--console", help="also write the short verdict here, e.g. /dev/console")
+    default = f"(default for run and status: {outcome.DEFAULT_NOTE_DIR})"
+    for p in (run, publish, status):
         p.add_argument(
             "--note-dir",
             dest="note_dir",
-            help="runtime dir (tmpfs) where `run` leaves its verdict for `publish`",
+            help="runtime dir (tmpfs) where `run` leaves its verdict for `publish` and `status`, "
+            f"also when the results disk refuses it {default}",
         )
-    status.add_argument(
-        "--note-dir", dest="note_dir", default=DEFAULT_NOTE_DIR, help="default: %(default)s"
-    )
     for p in (run, publish, status, tune):
         p.add_argument("--sysroot", help="root for sysfs/dev/firmware checks (tests)")
         p.add_argument("--results-dir", dest="results_dir", help="where result.json goes")
@@ -290,10 +390,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except SettingsError as err:
-        print(f"rocky-selftest: {err}", file=sys.stderr)
-        if args.command == "run":
-            # The root step shows this as the verdict (the results dir is unknown here).
-            doc = error_doc(f"config: {err}") | {"result_saved": False}
-            write_note(getattr(args, "note_dir", None), doc, log=_say)
+    except SettingsError as err:  # tune; run, publish and status show it as their verdict
+        say(f"rocky-selftest: {err}", sys.stderr)
         return EXIT_USAGE

@@ -13,11 +13,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .lock import EXIT_BUSY
 from .outcome import error_doc, read_note, save_verdict
 from .results import FINAL_VERDICTS, IN_PROGRESS, read_result
+from .terminal import printable
 
-MAX_LINES = 80
-MAX_LINE_CHARS = 400
+__all__ = ["busy_run_step", "printable", "service_outcome", "settle", "verdict_without_note"]
+
 # What systemd's EXIT_STATUS numbers below 255 mean when the run step never got going.
 START_FAILURES = {
     "200": "CHDIR",
@@ -69,15 +71,10 @@ def verdict_without_note(results_dir: str, env: dict[str, str]) -> dict[str, Any
     return error_doc(cause)
 
 
-def printable(lines: list[str]) -> list[str]:
-    """No escape sequences or control characters from the data reach a terminal or the motd."""
-    out = []
-    for line in lines[:MAX_LINES]:
-        clean = "".join(c if c.isprintable() else "?" for c in str(line))
-        out.append(clean[:MAX_LINE_CHARS])
-    if len(lines) > MAX_LINES:
-        out.append(f"  ... {len(lines) - MAX_LINES} more lines in result.json")
-    return out
+def busy_run_step(env: dict[str, str]) -> bool:
+    """The run step exited because another run held the lock: it changed nothing, and neither
+    may the root step (no stamp: the first-boot run happens at the next boot)."""
+    return env.get("EXIT_CODE") == "exited" and env.get("EXIT_STATUS") == str(EXIT_BUSY)
 
 
 def settle(results_dir: str, note_dir: str | None, env: dict[str, str] | None = None) -> dict:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .bench import Deadline, ratio, sweep
-from .checks import ERROR, FAIL, PASS, SKIP, Check, failed
+from .checks import CHECK_ORDER, ERROR, PASS, SKIP, Check, failed, verdict_of
 from .match import output_match
 from .outcome import base_doc, now
 from .placement_bench import placement
@@ -21,23 +21,11 @@ from .stack import (
     check_no_vendor_driver,
     check_vulkan_device,
 )
+from .terminal import say as _say
 
-CHECK_ORDER = (
-    "gpu_driver",
-    "csf_firmware",
-    "no_vendor_driver",
-    "vulkan_device",
-    "model_sha256",
-    "sweep",
-    "ratio",
-    "output_match",
-    "placement",
-    "serving",
-)
-
-
-def _say(text: str) -> None:
-    print(text, flush=True)
+__all__ = ["CHECK_ORDER", "overall", "run_selftest"]
+# A check's one line of evidence, as saved (the data behind it is in its own section).
+MAX_EVIDENCE = 2000
 
 
 def _broken(name: str, err: Exception) -> Check:
@@ -45,11 +33,7 @@ def _broken(name: str, err: Exception) -> Check:
 
 
 def overall(checks: list[Check]) -> str:
-    """ERROR if a check broke (nothing proven), else FAIL if one failed, else PASS."""
-    statuses = {c.status for c in checks}
-    if not checks or ERROR in statuses:
-        return ERROR
-    return FAIL if statuses - {PASS, SKIP} else PASS
+    return verdict_of(c.status for c in checks)
 
 
 def run_selftest(
@@ -64,6 +48,8 @@ def run_selftest(
     doc = base_doc(ERROR, started)
 
     def record(check: Check) -> None:
+        if len(check.evidence) > MAX_EVIDENCE:
+            check.evidence = check.evidence[: MAX_EVIDENCE - 3] + "..."
         checks.append(check)
         _say(f"{check.status:4} {check.name}: {check.evidence}")
 

@@ -21,16 +21,18 @@ import sys
 from typing import Any
 
 from . import paths
+from .files import read_json
 from .serve_keys import ServeKeyError, cert_fingerprint, make_missing, read_api_key, write_api_key
 from .serve_settings import derive, server_command, value, write_plan
 from .settings import DEFAULT_CONFIG, SettingsError, load_settings
+from .terminal import LOG_LINE_CHARS, clean_line
 
 UNIT = "rocky-llm.service"
 
 
 def _clean(text: str) -> str:
     """Data shown as text: no terminal control characters."""
-    return "".join(ch if ch.isprintable() else "?" for ch in str(text))
+    return clean_line(text, LOG_LINE_CHARS)
 
 
 def _print_plan(plan: dict[str, Any], out=sys.stdout) -> None:
@@ -125,8 +127,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         except ServeKeyError as err:
             print(_clean(f"API key: {err}"))
     try:
-        with open(args.settings_file, encoding="utf-8") as fh:
-            plan = json.loads(fh.read(1 << 20))
+        # Written by the server's user, read at every login: never a FIFO, never unbounded.
+        plan = read_json(args.settings_file, 1 << 20)
         if args.short:
             for warning in plan["warnings"]:
                 print(_clean(f"WARNING: {warning}"))

@@ -8,6 +8,7 @@ group only; the TLS private key by root only (systemd's LoadCredential= hands bo
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
 import re
@@ -15,6 +16,7 @@ import secrets
 import subprocess
 
 from . import paths
+from .files import UnreadableFile, read_text
 from .results import write_atomic
 
 KEY_RE = re.compile(r"rk-[0-9a-f]{48}")
@@ -37,11 +39,13 @@ def new_api_key() -> str:
 def read_api_key(key_dir: str) -> str:
     path = _path(key_dir, paths.API_KEY_NAME)
     try:
-        with open(path, encoding="ascii") as fh:
-            text = fh.read(256).strip()
-    except PermissionError:
-        raise ServeKeyError(f"{path}: only root and the login user may read the API key") from None
-    except (OSError, UnicodeDecodeError) as err:
+        text = read_text(path, 256).strip()
+    except UnreadableFile as err:
+        if err.errno in (errno.EACCES, errno.EPERM):
+            why = "only root and the login user may read the API key"
+            raise ServeKeyError(f"{path}: {why}") from None
+        raise ServeKeyError(str(err)) from None
+    except OSError as err:
         raise ServeKeyError(f"cannot read {path}: {err}") from None
     if not KEY_RE.fullmatch(text):
         raise ServeKeyError(f"{path}: not an API key; make a new one with `rocky-llm rotate-key`")
@@ -63,9 +67,10 @@ def cert_fingerprint(cert_path: str) -> str:
     """SHA-256 of the certificate's DER bytes, as browsers and `openssl x509 -fingerprint`
     show it (AA:BB:...)."""
     try:
-        with open(cert_path, encoding="ascii") as fh:
-            pem = fh.read(65536)
-    except (OSError, UnicodeDecodeError) as err:
+        pem = read_text(cert_path, 65536)
+    except UnreadableFile as err:
+        raise ServeKeyError(str(err)) from None
+    except OSError as err:
         raise ServeKeyError(f"cannot read {cert_path}: {err}") from None
     m = re.search(r"-----BEGIN CERTIFICATE-----(.+?)-----END CERTIFICATE-----", pem, re.S)
     if not m:

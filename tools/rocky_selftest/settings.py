@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import json
+import math
 import os
+import re
 from dataclasses import dataclass, field, fields
 
 from . import CONFIG_SCHEMA_VERSION, paths
+from .checks import CHECK_ORDER
+from .files import UnreadableFile, read_json
 
 DEFAULT_CONFIG = paths.CONFIG
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class SettingsError(Exception):
@@ -87,102 +91,186 @@ class Settings:
         return self.serve_model_path or self.model_path
 
 
-_TUPLES = {"ubatch_sizes", "sweep_modes", "skip_checks", "serving_prompt_tokens"}
+CONFIG_MAX_BYTES = 1 << 20
+MAX_TEXT = 4096  # characters in any string of the config
+MAX_ENV = 64  # variables in env / stock_env
+MAX_UBATCHES = 64
+MODES = ("tuned", "stock", "cpu")
+# Whole numbers: (lowest, highest). As wide as rocky-vulkan.yaml's schema allows and a little
+# more (tests run with second-long timeouts); anything outside is a broken config, not a wish.
+INT_RANGES = {
+    "prompt_tokens": (1, 131072),
+    "repetitions": (1, 20),
+    "match_tokens": (1, 4096),
+    "run_timeout_s": (1, 86400),
+    "deadline_s": (1, 604800),
+    "gpu_wait_s": (0, 3600),
+    "tune_budget_s": (0, 86400),
+    "tune_top": (0, 100),
+    "tune_repeats": (0, 100),
+    "serve_port": (1024, 65535),
+    "serve_request_prompt_tokens": (1, 131072),
+    "serve_request_generated_tokens": (1, 32768),
+    "serve_context_tokens": (512, 131072),
+    "serve_parallel": (1, 16),
+    "serving_generated_tokens": (2, 32768),
+}
+# Numbers, finite: (lowest, highest, whether each bound itself is allowed).
+FLOAT_RANGES = {
+    "tuned_vs_stock_ratio": (0.0, 1e6, False, True),
+    "ratio_tolerance": (0.0, 1.0, True, False),
+    "kld_max_mean": (0.0, 1.0, False, True),
+    "kld_min_same_top_p": (0.0, 100.0, True, True),
+}
+# Strings that may be empty: no motd, the self-test's model, llama-server in bin_dir.
+EMPTY_OK = {"motd_path", "serve_model_path", "llama_server"}
+CHOICES = {"serve_listen": ("lan", "localhost", "off")}
+REQUIRED = ("model_path", "model_sha256", "ubatch_sizes")
+FIX = "fix it in rocky-vulkan.yaml and render again, or correct the file"
 
 
 def load_settings(path: str) -> Settings:
-    """Read the JSON config at `path`; unknown keys are errors so typos do not pass silently."""
+    """Read the JSON config at `path`: every key known, every value of its type and in its
+    range, so a broken config is refused here, naming the key, and never half-runs."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = read_json(path, CONFIG_MAX_BYTES, allow_nan=True)  # _problem names the key
     except FileNotFoundError:
         raise SettingsError(f"{path}: not found; pass --config PATH") from None
-    except (OSError, ValueError) as err:
-        raise SettingsError(f"{path}: cannot read JSON config: {err}") from None
+    except UnreadableFile as err:
+        raise SettingsError(f"cannot read JSON config: {err}") from None
     if not isinstance(data, dict):
-        raise SettingsError(f"{path}: expected a JSON object")
+        raise SettingsError(f"{path}: expected a JSON object; {FIX}")
     version = data.pop("schema_version", None)
-    if version != CONFIG_SCHEMA_VERSION:
+    if type(version) is not int or version != CONFIG_SCHEMA_VERSION:
         raise SettingsError(
-            f"{path}: schema_version {version!r} is not {CONFIG_SCHEMA_VERSION}; "
+            f"{path}: schema_version {_show(version)} is not {CONFIG_SCHEMA_VERSION}; "
             "re-render the config with this rocky-selftest version"
         )
-    known = {f.name for f in fields(Settings)}
-    unknown = sorted(set(data) - known)
+    known = {f.name: f for f in fields(Settings)}
+    unknown = sorted(set(data) - set(known))
     if unknown:
-        raise SettingsError(f"{path}: unknown keys {unknown}; known keys: {sorted(known)}")
-    for key in ("model_path", "model_sha256", "ubatch_sizes"):
+        first = str(unknown[0])
+        close = [k for k in sorted(known) if k[:5] == first[:5]][:1]  # a typo, as a rule
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        shown = ", ".join(_show(k) for k in unknown[:5])
+        raise SettingsError(f"{path}: unknown keys [{shown}]{hint}; {FIX}")
+    for key in REQUIRED:
         if key not in data:
             raise SettingsError(f"{path}: missing key {key!r}")
-    for key in _TUPLES & set(data):
-        if not isinstance(data[key], list):
-            raise SettingsError(f"{path}: {key} must be a list, not {data[key]!r}")
-        data[key] = tuple(data[key])
-    try:
-        settings = Settings(**data)
-    except TypeError as err:
-        raise SettingsError(f"{path}: {err}") from None
-    if not isinstance(settings.tune_at_first_boot, bool):
-        raise SettingsError(f"{path}: tune_at_first_boot must be true or false")
-    for key in ("tune_budget_s", "tune_top", "tune_repeats"):
-        value = getattr(settings, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise SettingsError(f"{path}: {key} must be a whole number >= 0, not {value!r}")
-    _check_serve(path, settings)
-    bad_modes = set(settings.sweep_modes) - {"tuned", "stock", "cpu"}
-    if bad_modes or not settings.ubatch_sizes:
-        raise SettingsError(
-            f"{path}: sweep_modes must be tuned/stock/cpu and ubatch_sizes must not be empty"
-        )
-    return settings
+    values = {}
+    for key, value in data.items():
+        problem = _problem(key, str(known[key].type), value)
+        if problem:
+            raise SettingsError(f"{path}: {key} must be {problem}, not {_show(value)}; {FIX}")
+        values[key] = tuple(value) if isinstance(value, list) else value
+    return Settings(**values)
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and -1e9 < value < 1e9
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _whole(value: object, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    return type(value) is int and low <= value <= high
 
 
-def _check_serve(path: str, s: Settings) -> None:
-    """The serve_* keys: exact values and ranges, as rocky-vulkan.yaml's schema has them."""
-    if s.serve_listen not in ("lan", "localhost", "off"):
-        raise SettingsError(f"{path}: serve_listen must be lan, localhost or off")
-    bounds = {
-        "serve_port": (1024, 65535),
-        "serve_request_prompt_tokens": (1, 131072),
-        "serve_request_generated_tokens": (1, 32768),
-        "serve_context_tokens": (512, 131072),
-        "serve_parallel": (1, 16),
-    }
-    for key, (low, high) in bounds.items():
-        value = getattr(s, key)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise SettingsError(
-                f"{path}: {key} must be a whole number {low}..{high}, not {value!r}"
-            )
-    sizes = s.serving_prompt_tokens
-    if not sizes or len(sizes) > 8 or not all(_whole(n, 1, 131072) for n in sizes):
-        raise SettingsError(
-            f"{path}: serving_prompt_tokens must be 1 to 8 whole numbers 1..131072, not {sizes!r}"
+def _number(value: object, low: float, high: float, low_ok=True, high_ok=True) -> bool:
+    if type(value) not in (int, float) or not math.isfinite(value):
+        return False
+    return (low <= value if low_ok else low < value) and (
+        value <= high if high_ok else value < high
+    )
+
+
+def _text(value: object, empty_ok: bool = False) -> bool:
+    return (
+        isinstance(value, str)
+        and (empty_ok or value != "")
+        and len(value) <= MAX_TEXT
+        and value.isprintable()
+    )
+
+
+def _env(value: object) -> bool:
+    """Environment variables: names without '=', values without NUL, all printable."""
+    return (
+        isinstance(value, dict)
+        and len(value) <= MAX_ENV
+        and all(_text(k) and "=" not in k and _text(v, empty_ok=True) for k, v in value.items())
+    )
+
+
+def _problem(key: str, kind: str, value: object) -> str | None:
+    """What `value` must be for `key` when it is not that, else None."""
+    if key in INT_RANGES:
+        low, high = INT_RANGES[key]
+        return None if _whole(value, low, high) else f"a whole number {low}..{high}"
+    if key in FLOAT_RANGES:
+        low, high, low_ok, high_ok = FLOAT_RANGES[key]
+        if _number(value, low, high, low_ok, high_ok):
+            return None
+        return (
+            f"a number {'from' if low_ok else 'above'} {low:g} "
+            f"{'up to' if high_ok else 'below'} {high:g}"
         )
-    if not _whole(s.serving_generated_tokens, 2, 32768):
-        raise SettingsError(
-            f"{path}: serving_generated_tokens must be a whole number 2..32768, "
-            f"not {s.serving_generated_tokens!r}"
+    if key in CHOICES:
+        return None if value in CHOICES[key] else f"one of {', '.join(CHOICES[key])}"
+    if key == "model_sha256":
+        ok = value is None or (isinstance(value, str) and SHA256.fullmatch(value) is not None)
+        return None if ok else "null or 64 lowercase hex digits"
+    if kind == "bool":
+        return None if isinstance(value, bool) else "true or false"
+    if kind == "str":
+        ok = _text(value, key in EMPTY_OK)
+        return None if ok else f"printable text of at most {MAX_TEXT} characters"
+    if kind == "dict[str, str]":
+        return None if _env(value) else f"at most {MAX_ENV} NAME: value strings (no '=' in NAME)"
+    return _list_problem(key, value)
+
+
+def _list_problem(key: str, value: object) -> str | None:
+    if key == "ubatch_sizes":
+        ok = (
+            isinstance(value, list)
+            and 1 <= len(value) <= MAX_UBATCHES
+            and all(_whole(n, 1, 8192) for n in value)
+            and len(set(value)) == len(value)
         )
-    bias = s.serving_logit_bias
-    if (
-        not isinstance(bias, dict)
-        or len(bias) > 100_000
-        or not all(
-            isinstance(k, str) and k.isdigit() and k.isascii() and _number(v)
-            for k, v in bias.items()
+        return None if ok else f"1 to {MAX_UBATCHES} distinct whole numbers 1..8192"
+    if key == "serving_prompt_tokens":
+        ok = isinstance(value, list) and 1 <= len(value) <= 8
+        ok = ok and all(_whole(n, 1, 131072) for n in value) and len(set(value)) == len(value)
+        return None if ok else "1 to 8 distinct whole numbers 1..131072"
+    if key == "sweep_modes":
+        ok = isinstance(value, list) and value and all(m in MODES for m in value)
+        ok = ok and len(set(value)) == len(value)
+        return None if ok else f"a list of distinct modes from {', '.join(MODES)}"
+    if key == "skip_checks":
+        ok = isinstance(value, list) and all(c in CHECK_ORDER for c in value)
+        return None if ok else f"a list of check names from {', '.join(CHECK_ORDER)}"
+    if key == "serving_logit_bias":
+        ok = isinstance(value, dict) and len(value) <= 100_000
+        ok = ok and all(
+            isinstance(k, str) and k.isascii() and k.isdigit() and _number(v, -1e9, 1e9)
+            for k, v in value.items()
         )
-    ):
-        raise SettingsError(f"{path}: serving_logit_bias must map token ids to numbers")
-    for key in ("serve_model_path", "serve_model_name", "llama_server"):
-        value = getattr(s, key)
-        if not isinstance(value, str) or not value.isprintable() or len(value) > 4096:
-            raise SettingsError(f"{path}: {key} must be a printable string")
+        return None if ok else "a map of token ids to numbers"
+    raise AssertionError(f"no rule for the config key {key}")  # a new field needs its rule
+
+
+def fallback_paths(path: str) -> tuple[str, str]:
+    """results_dir and motd_path for a config that cannot be loaded: the file's own values where
+    they are sound, else the board's defaults; so an ERROR verdict still goes where the verdict
+    is looked for."""
+    try:
+        data = read_json(path, CONFIG_MAX_BYTES)
+    except (OSError, ValueError):
+        data = {}
+    data = data if isinstance(data, dict) else {}
+    results = data.get("results_dir")
+    motd = data.get("motd_path")
+    return (
+        results if _text(results) else paths.RESULTS_DIR,
+        motd if _text(motd, empty_ok=True) else paths.MOTD,
+    )

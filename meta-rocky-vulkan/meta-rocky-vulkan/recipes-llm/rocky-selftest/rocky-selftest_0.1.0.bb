@@ -26,9 +26,11 @@ SRC_URI = "\
     file://rocky_selftest/bench.py \
     file://rocky_selftest/checks.py \
     file://rocky_selftest/cli.py \
+    file://rocky_selftest/files.py \
     file://rocky_selftest/gguf.py \
     file://rocky_selftest/kld.py \
     file://rocky_selftest/kld_text.txt \
+    file://rocky_selftest/lock.py \
     file://rocky_selftest/match.py \
     file://rocky_selftest/outcome.py \
     file://rocky_selftest/paths.py \
@@ -45,6 +47,7 @@ SRC_URI = "\
     file://rocky_selftest/serving.py \
     file://rocky_selftest/settings.py \
     file://rocky_selftest/stack.py \
+    file://rocky_selftest/terminal.py \
     file://rocky_selftest/tune.py \
     file://rocky_selftest/tune_files.py \
     file://rocky_selftest/tune_spec.py \

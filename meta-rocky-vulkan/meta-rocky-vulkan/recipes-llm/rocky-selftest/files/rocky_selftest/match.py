@@ -10,8 +10,9 @@ from typing import Any
 from .bench import Deadline
 from .checks import Check, failed, passed
 from .kld import measure, tiles_used, verdict
-from .runner import run_tool
+from .runner import clip, run_tool
 from .settings import Settings
+from .terminal import say
 
 # Fixed and long enough to be well over 64 tokens, so the prompt is one big batch and takes
 # the GPU's matmul path (short batches go through other shaders).
@@ -23,6 +24,8 @@ PROMPT = (
     "GPU, while token generation is limited by memory bandwidth. Write a short technical summary "
     "of why matrix tile sizes matter for prompt processing on this GPU, and"
 )
+# Characters of greedy text kept per run: match_tokens (at most 4096) tokens fit many times over.
+MAX_TEXT = 64 << 10
 DECODED = re.compile(r"decoded (\d+) tokens")
 PROMPT_TOKENS = re.compile(r"prompt eval time\s*=.*?/\s*(\d+) tokens")
 OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
@@ -51,7 +54,7 @@ def _generate(s: Settings, gpu: bool, deadline: Deadline) -> dict[str, Any]:
     rec.update(
         exit_code=res.returncode,
         elapsed_s=res.elapsed_s,
-        text=res.stdout,
+        text=clip(res.stdout, MAX_TEXT),
         decoded=_int(DECODED, res.stderr),
         prompt_tokens=_int(PROMPT_TOKENS, res.stderr),
         offloaded=f"{off.group(1)}/{off.group(2)}" if off else None,
@@ -99,7 +102,7 @@ def greedy_info(s: Settings, deadline: Deadline) -> dict[str, Any]:
     return doc
 
 
-def output_match(s: Settings, deadline: Deadline, log=print) -> tuple[Check, dict[str, Any]]:
+def output_match(s: Settings, deadline: Deadline, log=say) -> tuple[Check, dict[str, Any]]:
     name = "output_match"
     kld = measure(s, deadline)
     log(f"  KLD: cpu {_state(kld['cpu'])}, gpu {_state(kld['gpu'])}")

@@ -7,21 +7,24 @@ from __future__ import annotations
 import json
 import os
 import platform
-import stat
 import time
 from typing import Any
 
 from . import RESULT_SCHEMA, RESULT_SCHEMA_VERSION
+from .files import UnreadableFile, read_json, read_text
 from .results import (
     ERROR,
+    FINAL_VERDICTS,
     IN_PROGRESS,
     discard_result,
+    doc_problem,
     os_error_text,
     read_result,
     result_path,
     write_atomic,
     write_result,
 )
+from .terminal import say
 
 NOTE_NAME = "verdict.json"
 # The unit's RuntimeDirectory= (%t/rocky-selftest): tmpfs, kept until reboot.
@@ -36,9 +39,8 @@ def now() -> str:
 
 def boot_id() -> str | None:
     try:
-        with open(BOOT_ID, encoding="ascii") as fh:
-            return fh.read().strip() or None
-    except OSError:
+        return read_text(BOOT_ID, 4096).strip() or None
+    except (OSError, ValueError):
         return None
 
 
@@ -73,7 +75,7 @@ class Progress:
     kill, a reset or a hang leaves a document that says where the run stopped, never a stale
     verdict."""
 
-    def __init__(self, results_dir: str, started_at: str, log=print) -> None:
+    def __init__(self, results_dir: str, started_at: str, log=say) -> None:
         self.results_dir = results_dir
         self.doc = base_doc(IN_PROGRESS, started_at)
         self.current = "start"
@@ -164,14 +166,16 @@ def peek_result(results_dir: str) -> dict[str, Any] | None:
         return None
 
 
-def write_note(note_dir: str | None, doc: dict[str, Any], log=print) -> None:
+def write_note(note_dir: str | None, doc: dict[str, Any], log=say) -> None:
     """The run step's final words for the root step, in the unit's runtime dir (tmpfs: works
     when the results disk is full or read-only)."""
     if not note_dir:
         return
     data = json.dumps(doc, sort_keys=True, allow_nan=False).encode("utf-8")
     try:
-        write_atomic(os.path.join(note_dir, NOTE_NAME), data, mode=0o600)
+        # Readable by all, as result.json is: `rocky-selftest status` (any user) shows it when
+        # the disk did not take the verdict.
+        write_atomic(os.path.join(note_dir, NOTE_NAME), data, mode=0o644)
     except (OSError, ValueError) as err:
         log(f"rocky-selftest: cannot leave the verdict note in {note_dir}: {err}")
 
@@ -187,35 +191,12 @@ def clear_note(note_dir: str | None) -> None:
 
 def read_note(note_dir: str) -> dict[str, Any] | None:
     """The run step's note, or None. The root step reads what an unprivileged process wrote:
-    no symlinks, a size cap, and only a JSON object with a known verdict is accepted."""
+    results.read_result's guards (a regular file, no symlink, bounded, the document's shape)."""
     path = os.path.join(note_dir, NOTE_NAME)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        doc = read_json(path, NOTE_MAX_BYTES, follow_links=False)
+    except (FileNotFoundError, UnreadableFile):
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, NOTE_MAX_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > NOTE_MAX_BYTES:
+    if doc_problem(doc, FINAL_VERDICTS):
         return None
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except ValueError:
-        return None
-    if not isinstance(doc, dict) or doc.get("schema") != RESULT_SCHEMA:
-        return None
-    if doc.get("verdict") not in ("PASS", "FAIL", ERROR):
-        return None
-    checks, errors = doc.get("checks", []), doc.get("errors", [])
-    if not isinstance(checks, list) or not isinstance(errors, list):
-        return None
-    if not all(isinstance(e, str) for e in errors):
-        return None
-    for check in checks:
-        fields = ("name", "status", "evidence")
-        if not isinstance(check, dict) or not all(isinstance(check.get(f), str) for f in fields):
-            return None
     return doc

@@ -11,14 +11,15 @@ sweep's best for the GPU modes, llama.cpp's default on the CPU).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from .bench import Deadline, _count, clean_entry, median, start_record
 from .checks import SKIP, Check, failed, passed
+from .files import parse_json
 from .placement import MODE_FLAGS, MODES, choose, request_seconds
 from .serve_settings import DEFAULT_UBATCH, best_ubatch, gpu_ok
 from .settings import Settings
+from .terminal import say
 
 NAME = "placement"
 DECODE_TOKENS = 128  # tg128, llama.cpp's usual decode measurement
@@ -44,7 +45,7 @@ def parse_pp_tg(stdout: str, prompt: int) -> tuple[dict[str, Any] | None, str | 
     bench.clean_entry, or why not. Hostile data: anything unexpected is a reason, never an
     exception."""
     try:
-        data = json.loads(stdout)
+        data = parse_json(stdout, allow_nan=True)  # NaN is then named by clean_entry
     except ValueError:
         return None, f"invalid JSON on stdout ({len(stdout)} bytes: {stdout.strip()[:60]!r})"
     if not isinstance(data, list):
@@ -165,7 +166,7 @@ def ubatch_for(mode: str, doc: dict[str, Any]) -> int:
 
 
 def placement(
-    s: Settings, deadline: Deadline, doc: dict[str, Any], log=print
+    s: Settings, deadline: Deadline, doc: dict[str, Any], log=say
 ) -> tuple[Check, dict[str, Any]]:
     """Measure every mode, choose with placement.choose. `doc` is the result so far (its
     `checks` as JSON and the `sweep`). PASS only when every mode was measured, the GPU checks

@@ -16,12 +16,17 @@ import tempfile
 from typing import Any
 
 from . import RESULT_SCHEMA, RESULT_SCHEMA_VERSION
+from .checks import STATUSES, verdict_of
+from .files import UnreadableFile, os_error_text, read_json, read_text
 
 RESULT_NAME = "result.json"
 MOTD_BEGIN = "# --- rocky-selftest ---"
 MOTD_END = "# --- end rocky-selftest ---"
 PASS, FAIL, ERROR, IN_PROGRESS = "PASS", "FAIL", "ERROR", "IN-PROGRESS"
 FINAL_VERDICTS = (PASS, FAIL, ERROR)
+# Far above what a run writes (tool output is capped in runner.py); a bigger file is not ours.
+RESULT_MAX_BYTES = 16 << 20
+MOTD_MAX_BYTES = 1 << 20
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -121,38 +126,50 @@ def discard_result(results_dir: str) -> str | None:
 
 
 def read_result(results_dir: str) -> dict[str, Any] | None:
-    """The last result, None when there is none; ValueError naming the problem otherwise."""
+    """The last result, None when there is none; ValueError naming the problem otherwise. Read
+    as the root step reads it: a regular file (no symlink followed), bounded, strict JSON, the
+    fields the summary shows in their types, and no PASS its checks do not show."""
     path = result_path(results_dir)
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        doc = read_json(path, RESULT_MAX_BYTES, follow_links=False)
     except FileNotFoundError:
         return None
-    except OSError as err:
+    except UnreadableFile as err:
         hint = "; run as root (sudo)" if err.errno in (errno.EACCES, errno.EPERM) else ""
-        raise ValueError(f"cannot read {path}: {os_error_text(err)}{hint}") from None
-    try:
-        doc = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(doc, dict) or doc.get("schema") != RESULT_SCHEMA:
-        raise ValueError(f"{path}: not a {RESULT_SCHEMA} document")
-    if doc.get("schema_version") != RESULT_SCHEMA_VERSION:
-        raise ValueError(f"{path}: not a {RESULT_SCHEMA} v{RESULT_SCHEMA_VERSION} document")
-    if doc.get("verdict") not in (*FINAL_VERDICTS, IN_PROGRESS):
-        raise ValueError(f"{path}: verdict {doc.get('verdict')!r} is not one this tool writes")
+        raise ValueError(f"{err}{hint}") from None
+    problem = doc_problem(doc, (*FINAL_VERDICTS, IN_PROGRESS))
+    if problem:
+        raise ValueError(f"{path}: {problem}")
     return doc
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def os_error_text(err: OSError) -> str:
-    """'No space left on device (ENOSPC)': the kernel's words and the name to search for."""
-    if err.errno and err.strerror:
-        return f"{err.strerror} ({errno.errorcode.get(err.errno, err.errno)})"
-    return str(err)
+def doc_problem(doc: Any, verdicts: tuple[str, ...]) -> str | None:
+    """Why `doc` is not a result document this tool could have written, or None: the schema,
+    a known verdict, checks and errors in the types the summary reads, and PASS only when the
+    checks show it (a passing check, none failed or broken)."""
+    if not isinstance(doc, dict) or doc.get("schema") != RESULT_SCHEMA:
+        return f"not a {RESULT_SCHEMA} document"
+    version = doc.get("schema_version")
+    if type(version) is not int or version != RESULT_SCHEMA_VERSION:
+        return f"not a {RESULT_SCHEMA} v{RESULT_SCHEMA_VERSION} document"
+    verdict = doc.get("verdict")
+    if verdict not in verdicts:
+        return f"verdict {str(verdict)[:40]!r} is not one this tool writes"
+    checks, errors = doc.get("checks", []), doc.get("errors", [])
+    if not isinstance(checks, list) or not isinstance(errors, list):
+        return "checks and errors must be lists"
+    if not all(isinstance(e, str) for e in errors):
+        return "errors must be text"
+    for check in checks:
+        names = ("name", "status", "evidence")
+        if not isinstance(check, dict) or not all(isinstance(check.get(n), str) for n in names):
+            return "every check needs a name, a status and evidence (text)"
+        if check["status"] not in STATUSES:
+            return f"check status {check['status'][:40]!r} is not one this tool writes"
+    shown = verdict_of(c["status"] for c in checks)
+    if verdict == PASS and shown != PASS:
+        return f"says PASS but its checks say {shown}: not a verdict this tool writes"
+    return None
 
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:
@@ -178,8 +195,7 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
 def update_motd(path: str, lines: list[str]) -> None:
     """Replace our block in the motd (or append it), leaving the rest of the file alone."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            old = fh.read()
+        old = read_text(path, MOTD_MAX_BYTES)  # UnreadableFile: a FIFO, a device, not text
     except FileNotFoundError:
         old = ""
     kept, skipping = [], False

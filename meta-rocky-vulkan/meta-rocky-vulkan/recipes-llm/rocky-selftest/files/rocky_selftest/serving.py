@@ -36,6 +36,7 @@ from .runner import STOP_SIGNALS, TAIL_CHARS, TAIL_LINES, merged_env
 from .serve_client import Api, ClientError, free_port, stream_completion
 from .serve_settings import DEFAULT_UBATCH, derive, server_command
 from .settings import Settings
+from .terminal import say
 
 NAME = "serving"
 TTFT_RATIO_MAX = 0.8  # 1 / 1.25
@@ -220,7 +221,7 @@ def run_server(
     plan: dict[str, Any],
     deadline: Deadline,
     work: str,
-    log=print,
+    log=say,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Start one server, run every size through it, stop it. (runs, server record)"""
     port = free_port(HOST)
@@ -364,7 +365,7 @@ def verdict(runs: list[dict[str, Any]], size: int) -> tuple[dict[str, Any], str 
 
 
 def serving(
-    s: Settings, deadline: Deadline, doc: dict[str, Any], log=print
+    s: Settings, deadline: Deadline, doc: dict[str, Any], log=say
 ) -> tuple[Check, dict[str, Any]]:
     """Both servers, one after the other, then the goal. `doc` is the result so far."""
     goal = {"ttft_ratio_max": TTFT_RATIO_MAX, "decode_ratio_min": DECODE_RATIO_MIN}

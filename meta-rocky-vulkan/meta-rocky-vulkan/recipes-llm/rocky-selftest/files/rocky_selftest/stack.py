@@ -11,7 +11,7 @@ import re
 import time
 
 from .checks import Check, failed, passed
-from .runner import run_tool
+from .runner import clip, run_tool
 from .settings import Settings
 
 FW_LOADED = re.compile(r"\bpanthor\b.*\bCSF FW\b")
@@ -19,6 +19,8 @@ FW_FAILED = re.compile(
     r"(Direct firmware load for \S*mali_csffw\S* failed|Failed to load firmware)"
 )
 HASH_CHUNK = 4 << 20
+VULKANINFO_TIMEOUT_S = 120
+MAX_LISTING = 2000  # characters of vulkaninfo's device list kept in the result
 
 
 def _under(root: str, path: str) -> str:
@@ -135,14 +137,17 @@ def parse_vulkan_summary(text: str) -> list[dict[str, str]]:
 
 def check_vulkan_device(s: Settings) -> Check:
     name = "vulkan_device"
-    res = run_tool([s.vulkaninfo, "--summary"], {}, 120)
+    res = run_tool([s.vulkaninfo, "--summary"], {}, min(VULKANINFO_TIMEOUT_S, s.run_timeout_s))
     why = res.failure()
     if why:
         return failed(name, f"vulkaninfo --summary failed: {why}", stderr_tail=res.stderr_tail())
     devices = parse_vulkan_summary(res.stdout)
-    listing = "; ".join(
-        f"{d.get('deviceName', '?')} / {d.get('driverName', d.get('driverID', '?'))}"
-        for d in devices
+    listing = clip(
+        "; ".join(
+            f"{d.get('deviceName', '?')} / {d.get('driverName', d.get('driverID', '?'))}"
+            for d in devices
+        ),
+        MAX_LISTING,
     )
     for d in devices:
         driver = (d.get("driverName", "") + " " + d.get("driverID", "")).lower()

@@ -28,6 +28,7 @@ from .outcome import now
 from .results import os_error_text, read_result, write_result
 from .runner import run_tool
 from .settings import Settings
+from .terminal import say
 from .tune_files import (
     PROGRESS_SCHEMA,
     TuneFileError,
@@ -86,7 +87,7 @@ def validate_spec(s: Settings, spec: str) -> dict[str, Any]:
 class Tuner:
     """One tune, resumable from its progress file."""
 
-    def __init__(self, s: Settings, log: Log = print, bench=tune_bench, clock=time.monotonic):
+    def __init__(self, s: Settings, log: Log = say, bench=tune_bench, clock=time.monotonic):
         self.s, self.log, self.bench, self.clock = s, log, bench, clock
         self.kept, self.builtin, self.pruning = load_candidates(s.tune_candidates)
         self.by_name = {c["name"]: c for c in self.kept}
@@ -247,7 +248,7 @@ class Tuner:
         }
 
 
-def record_in_result(results_dir: str, section: dict[str, Any], log: Log = print) -> bool:
+def record_in_result(results_dir: str, section: dict[str, Any], log: Log = say) -> bool:
     """Put the tune section into result.json (atomically); False when there is no result yet."""
     try:
         doc = read_result(results_dir)
@@ -266,7 +267,7 @@ def record_in_result(results_dir: str, section: dict[str, Any], log: Log = print
     return True
 
 
-def verify_choice(s: Settings, log: Log = print, bench=tune_bench) -> dict[str, Any]:
+def verify_choice(s: Settings, log: Log = say, bench=tune_bench) -> dict[str, Any]:
     """Check the tuned spec in tuned-tiles.env still holds (after a llama.cpp or Mesa update): it
     must parse, obey the rules, be accepted by ggml-vulkan and pass the KLD check. Anything else
     removes the file, so llama.cpp's users fall back to the built-in tiles."""

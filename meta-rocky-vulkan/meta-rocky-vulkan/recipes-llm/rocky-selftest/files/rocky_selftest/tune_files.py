@@ -8,6 +8,7 @@ import json
 import os
 from typing import Any
 
+from .files import UnreadableFile, read_json, read_text
 from .paths import TILES_ENV_NAME
 from .results import os_error_text, write_atomic
 from .tune_spec import ENV_VAR, SpecError, check_spec, parse_spec
@@ -25,16 +26,11 @@ class TuneFileError(Exception):
 
 def _read_json(path: str) -> Any:
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read(MAX_BYTES + 1)
-    except OSError as err:
+        return read_json(path, MAX_BYTES)
+    except FileNotFoundError as err:
         raise TuneFileError(f"cannot read {path}: {os_error_text(err)}") from None
-    if len(text) > MAX_BYTES:
-        raise TuneFileError(f"{path}: larger than {MAX_BYTES} bytes")
-    try:
-        return json.loads(text)
-    except ValueError as err:
-        raise TuneFileError(f"{path}: not valid JSON ({err})") from None
+    except UnreadableFile as err:
+        raise TuneFileError(str(err)) from None
 
 
 def load_candidates(path: str) -> tuple[list[dict[str, Any]], dict[str, tuple[int, ...]], str]:
@@ -131,12 +127,11 @@ def read_choice(results_dir: str, builtin: dict[str, tuple[int, ...]] | None = N
     exactly one valid spec line."""
     path = env_path(results_dir)
     try:
-        with open(path, encoding="ascii") as fh:
-            lines = fh.read(4096).splitlines()
+        lines = read_text(path, 4096).splitlines()
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as err:
-        raise TuneFileError(f"cannot read {path}: {err}") from None
+    except UnreadableFile as err:
+        raise TuneFileError(str(err)) from None
     values = [ln for ln in lines if ln and not ln.startswith("#")]
     if len(values) != 1 or not values[0].startswith(f"{ENV_VAR}="):
         raise TuneFileError(f"{path}: expected one {ENV_VAR}=SPEC line")
