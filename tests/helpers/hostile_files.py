@@ -301,13 +301,14 @@ PATCH_TARGETS: dict[str, Callable[[Path], Any]] = {
 def _patch_case(make: Callable[[Path], Any]) -> Result:
     with _tmp() as tmp:
         project = _project(tmp)
-        patch = project / "patches" / "mesa-panvk-shared-tls-wls.patch"
+        name = load_config(project / CONFIG).mesa.patches[0]  # a patch the config lists
+        patch = project / "patches" / name
         patch.unlink()
         make(patch)
         rc, _, err = _cli("-c", str(project / CONFIG), "render")
         if (project / "kas").exists() or (project / manifest.LAYER_DIR).exists():
             return Outcome.WRONG, "render wrote a tree"
-        return _refusal(rc, err, "mesa-panvk-shared-tls-wls.patch")
+        return _refusal(rc, err, name)
 
 
 def _files() -> Iterator[Case]:

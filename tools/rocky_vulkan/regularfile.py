@@ -62,8 +62,10 @@ def open_regular(path: Path) -> int:
         raise NotReadable(path, "missing", "", "no such file") from None
     except PermissionError:
         raise NotReadable(path, "denied", "", "permission denied") from None
-    except (OSError, ValueError) as err:  # ValueError: a NUL in the name
-        words = getattr(err, "strerror", None) or str(err)
+    except ValueError:  # os.stat/os.open refuse a NUL in the name
+        raise NotReadable(path, "open", "NUL", "the path holds a NUL byte") from None
+    except OSError as err:
+        words = err.strerror or str(err)
         raise NotReadable(path, "open", words, f"cannot open it ({words})") from None
     kind = file_kind(os.fstat(fd).st_mode)
     if kind:

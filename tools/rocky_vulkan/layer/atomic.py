@@ -90,7 +90,8 @@ def _raise(err: OSError) -> None:
 
 def _foreign(files: dict[str, bytes], root: Path, tops: tuple[str, ...]) -> list[str]:
     """Entries under the folders `tops` render may not remove: each file (or link, FIFO, ...)
-    that no render made."""
+    that no render made. A regular file at a path this render writes is replaced, not removed:
+    after a merge of two branches the committed RECORD may not list a generated file yet."""
     owned = _owned(files, root)
     found = []
     for top in tops:
@@ -106,7 +107,7 @@ def _foreign(files: dict[str, bytes], root: Path, tops: tuple[str, ...]) -> list
                     continue
                 if not stat.S_ISREG(mode):
                     found.append(f"{rel} ({_kind(mode)})")
-                elif rel not in owned:
+                elif rel not in owned and rel not in files:
                     found.append(rel)
     return found
 
