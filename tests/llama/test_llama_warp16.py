@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from tests.helpers import intdot_cases
-from tests.helpers.llama_bin import BIN_DIR, run_backend_ops
+from tests.helpers.llama_bin import run_backend_ops, run_tool_cases
 
 TILE_LINE = re.compile(r"^ggml_vulkan: test tile (\S+) denoms=(\d+),(\d+) spec=([\d,]+)$", re.M)
 WARP16 = {"LP_NATIVE_VECTOR_WIDTH": "512", "GGML_VK_TEST_INT_DOT_UNACCELERATED": "1"}
@@ -37,8 +35,8 @@ SPEC = "int=128,64,64,32,16,32,2,2,2,1,16,2;int_k=256,64,128,32,16,32,1,2,2,1,16
 MODES = {"mali": "force", "stock": "0", "spec": SPEC}
 CI_TYPES = ("q4_0", "q8_0")
 BOARD_TYPE = "q4_k"  # Qwen2.5-3B-Instruct Q4_K_M's matmuls
-# m, n, k: n <= 32 takes the small tile, m and n > 64 the large one.
-MUL_MAT_SHAPES = ((48, 17, 256), (96, 32, 256), (128, 128, 256))
+# test-backend-ops' own cases (--test-file cases can trip over uninitialized sentinels): MUL_MAT
+# 16x16 takes the small tile; m, n > 64 (a --test-file case, the tool has none per type) the large.
 ID_NS = (17, 32, 129)
 
 
@@ -68,10 +66,13 @@ def test_the_rule_check_catches_the_old_patch_tiles():
     assert tile_problems(good.replace("denoms=64,64", "denoms=128,128")) != []
 
 
-def _mul_mat_lines(types: tuple[str, ...]) -> list[str]:
+def _large_lines(types: tuple[str, ...]) -> list[str]:
     by_name = {t.name: t for t in intdot_cases.QUANT_TYPES}
-    shapes = MUL_MAT_SHAPES
-    return [intdot_cases.case_line(by_name[t], m, n, k) for t in types for m, n, k in shapes]
+    return [intdot_cases.case_line(by_name[t], 128, 128, 256) for t in types]
+
+
+def _ggml_names(types: tuple[str, ...]) -> str:
+    return "|".join(t.replace("_k", "_K") for t in types)
 
 
 def _env(mode: str) -> dict[str, str]:
@@ -88,21 +89,18 @@ def _env(mode: str) -> dict[str, str]:
     }
 
 
-def _run_id(env: dict[str, str], types: tuple[str, ...]) -> str:
-    """test-backend-ops' own MUL_MAT_ID cases for these types, 4 experts, 2 used, m 512, k 256."""
-    pattern = (
-        f"type_a=({'|'.join(t.replace('_k', '_K') for t in types)}),type_b=f32,n_mats=4,"
-        f"n_used=2,b=0,m=512,n=({'|'.join(map(str, ID_NS))}),k=256,"
-    )
-    full = dict(os.environ, GGML_NO_BACKTRACE="1", GGML_VK_VISIBLE_DEVICES="0", **env)
-    cmd = [str(Path(BIN_DIR) / "test-backend-ops"), "-b", "Vulkan0", "-o", "MUL_MAT_ID"]
-    proc = subprocess.run([*cmd, "-p", pattern], env=full, capture_output=True, timeout=3000)
-    out = (proc.stdout + proc.stderr).decode(errors="replace")
-    verdict = re.compile(r"\b(OK|FAIL)\b")
-    results = [ln for ln in out.splitlines() if "MUL_MAT_ID(" in ln and verdict.search(ln)]
-    assert len(results) == len(types) * len(ID_NS), out[-3000:]
-    assert not [ln for ln in results if "FAIL" in ln], out[-3000:]
-    assert proc.returncode == 0, out[-3000:]
+def _run(tmp_path, env: dict[str, str], types: tuple[str, ...]) -> str:
+    """Small-tile MUL_MAT, large-tile MUL_MAT and MUL_MAT_ID (4 experts, 2 used, m 512, k 256)."""
+    names = _ggml_names(types)
+    small = rf"type_a=({names}),type_b=f32,m=16,n=16,k=256,bs=\[1,1\],nr=\[1,1\],per=\[0,1,2,3\]"
+    out = run_tool_cases(env, ["-o", "MUL_MAT", "-p", small], "MUL_MAT", None)
+    out += run_backend_ops(tmp_path, env, _large_lines(types))
+    ns = "|".join(map(str, ID_NS))
+    moe = rf"type_a=({names}),type_b=f32,n_mats=4,n_used=2,b=0,m=512,n=({ns}),k=256($|,)"
+    out += run_tool_cases(env, ["-o", "MUL_MAT_ID", "-p", moe], "MUL_MAT_ID", None)
+    for t in _ggml_names(types).split("|"):  # the tool lists some cases twice: each one ran
+        for n in ID_NS:
+            assert f"MUL_MAT_ID(type_a={t},type_b=f32,n_mats=4,n_used=2,b=0,m=512,n={n}," in out
     return out
 
 
@@ -123,16 +121,11 @@ def _check(out: str, mode: str, types: tuple[str, ...]) -> None:
 @pytest.mark.needs_llama_bin
 @pytest.mark.parametrize("mode", list(MODES))
 def test_small_and_large_tiles_and_mul_mat_id_at_subgroup_16(tmp_path, mode):
-    env = _env(mode)
-    out = run_backend_ops(tmp_path, env, _mul_mat_lines(CI_TYPES))
-    out += _run_id(env, CI_TYPES)
-    _check(out, mode, CI_TYPES)
+    _check(_run(tmp_path, _env(mode), CI_TYPES), mode, CI_TYPES)
 
 
 @pytest.mark.slow
 @pytest.mark.needs_llama_bin
 def test_the_reference_models_quant_type_with_the_mali_tiles(tmp_path):
-    env = _env("mali")
     types = (BOARD_TYPE,)
-    out = run_backend_ops(tmp_path, env, _mul_mat_lines(types)) + _run_id(env, types)
-    _check(out, "mali", types)
+    _check(_run(tmp_path, _env("mali"), types), "mali", types)
