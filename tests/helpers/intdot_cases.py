@@ -52,7 +52,8 @@ def pipelines() -> list[str]:
     return [f"matmul_{t.name}_q8_1_l" for t in QUANT_TYPES]
 
 
-def _line(t: QuantType, m: int, n: int, k: int) -> str:
+def case_line(t: QuantType, m: int, n: int, k: int) -> str:
+    """One MUL_MAT case: src0 of type t (m x k), src1 f32 (k x n)."""
     row = k // t.block * t.size
     src0 = [t.ggml_type, k, m, 1, 1, t.size, row, row * m, row * m]
     src1 = [GGML_TYPE_F32, k, n, 1, 1, 4, 4 * k, 4 * k * n, 4 * k * n]
@@ -61,7 +62,7 @@ def _line(t: QuantType, m: int, n: int, k: int) -> str:
 
 
 def case_lines() -> list[str]:
-    return [_line(t, m, n, k) for t in QUANT_TYPES for m, n, k in SHAPES]
+    return [case_line(t, m, n, k) for t in QUANT_TYPES for m, n, k in SHAPES]
 
 
 def write_cases(path: Path) -> Path:

@@ -58,9 +58,9 @@ def test_patches_listed_in_config_are_copied_and_wired(project):
     patch.write_bytes(b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n")
     path = project / "rocky-vulkan.yaml"
     text = path.read_text()
-    product = "patches: [llama.cpp-mali-mmq-warptile.patch, llama.cpp-perplexity-flush-log.patch]"
+    product = "  patches:\n    - llama.cpp-0001-vulkan-small-warptile-rule.patch\n"
     assert product in text
-    path.write_text(text.replace(product, "patches: [0001-test.patch]"))
+    path.write_text(text.replace(product, "  patches:\n    - 0001-test.patch\n", 1))
     files = manifest.render_files(load_config(path))
     assert files[
         "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/llama-cpp/files/0001-test.patch"

@@ -77,6 +77,6 @@ def test_auto_and_unknown_values_keep_stock_tiles_off_panvk(tmp_path, monkeypatc
     env = {} if value is None else {"GGML_VK_MALI_WARPTILE": value}
     out = run_backend_ops(tmp_path, env, intdot_cases.case_lines()[:1])
     assert MALI_LINE not in out
-    warning = f"ignoring GGML_VK_MALI_WARPTILE={value} (use 0 or force)"
+    warning = f"ignoring GGML_VK_MALI_WARPTILE={value} (use 0, force or a tile spec"
     assert (warning in out) == (value is not None)
     assert (STOCK_LINE in out) == (value is not None)

@@ -21,7 +21,16 @@ from rocky_vulkan.tiles import warptile
 
 from tests.helpers.project import ROOT as REPO
 
-PATCH = REPO / "patches" / "llama.cpp-mali-mmq-warptile.patch"
+# Our ggml-vulkan series, in the order the recipe applies it (rocky-vulkan.yaml).
+SERIES = [
+    REPO / "patches" / name
+    for name in (
+        "llama.cpp-0001-vulkan-small-warptile-rule.patch",
+        "llama.cpp-0002-vulkan-tile-denoms-bk-step.patch",
+        "llama.cpp-0003-vulkan-mali-panvk-warptiles.patch",
+        "llama.cpp-0004-vulkan-mali-warptile-env.patch",
+    )
+]
 FLUSH_PATCH = REPO / "patches" / "llama.cpp-perplexity-flush-log.patch"
 
 
@@ -32,26 +41,36 @@ def test_git_blob_equals_git_hash_object(tmp_path):
     assert ls.git_blob(f.read_bytes()) == out.stdout.strip()
 
 
-def test_patch_index_lines_name_the_pinned_blobs():
-    table = ls.blob_table()
-    files = ls.parse_patch(PATCH)
-    assert {f.path for f in files} == {
+def test_series_index_lines_chain_from_the_pinned_blobs():
+    """Each patch's pre-image is the pin's blob or the post-image of the patch before it."""
+    current = dict(ls.blob_table())
+    touched = set()
+    for patch in SERIES:
+        text = patch.read_text()
+        assert text.count("Upstream-Status: ") == 1 and "Signed-off-by: " in text, patch.name
+        assert "Seed f1abbd0b" not in text, patch.name
+        for f in ls.parse_patch(patch):
+            assert current[f.path].startswith(f.pre), (patch.name, f.path)
+            current[f.path] = f.post
+            touched.add(f.path)
+    assert touched == {
         "ggml/src/ggml-vulkan/ggml-vulkan.cpp",
         "ggml/src/ggml-vulkan/vulkan-shaders/mul_mmq.comp",
     }
-    for f in files:
-        assert table[f.path].startswith(f.pre), f.path
-    text = PATCH.read_text()
-    assert "Upstream-Status: Pending" in text and "Signed-off-by: " in text
+    # Only the tuning hook is downstream-only; the rest is written for upstream.
+    assert "Upstream-Status: Inappropriate [tuning hook for this image]" in SERIES[3].read_text()
+    assert all("Upstream-Status: Pending" in p.read_text() for p in SERIES[:3])
 
 
 def test_source_key_follows_the_diff_not_the_message(tmp_path):
-    text = PATCH.read_text()
+    patch = SERIES[1]
+    text = patch.read_text()
     reworded = tmp_path / "a.patch"
-    reworded.write_text(text.replace("vulkan: add Mali warptiles", "vulkan: Mali warptiles", 1))
+    reworded.write_text(text.replace("vulkan: take matmul", "vulkan: use matmul", 1))
     changed = tmp_path / "b.patch"
     changed.write_text(text.replace("BK_STEP = 4;", "BK_STEP = 2;", 1))
-    key = ls.source_key([PATCH])
+    assert reworded.read_text() != text and changed.read_text() != text
+    key = ls.source_key([patch])
     assert ls.source_key([reworded]) == key
     assert ls.source_key([changed]) != key
     assert ls.source_key([]) != key
@@ -112,7 +131,7 @@ def test_prepare_with_wrong_shader_blobs_fails_loudly_and_leaves_nothing(tmp_pat
     monkeypatch.setattr(ls, "SHADER_SDIST", ("llama-cpp-python", "0.3.24"))
     dest = tmp_path / "tree"
     with pytest.raises(UserError, match="no source with the right blob"):
-        ls.prepare(dest, patches=[PATCH], cache=_sdist_cache())
+        ls.prepare(dest, patches=SERIES, cache=_sdist_cache())
     assert not dest.exists()
     assert not list(tmp_path.glob(".tree.tmp-*"))
 
@@ -121,23 +140,23 @@ def test_prepare_with_wrong_shader_blobs_fails_loudly_and_leaves_nothing(tmp_pat
 @pytest.mark.needs_llama_sdist
 def test_pypi_gives_the_exact_pin_patched_with_hooks_only_when_asked(tmp_path, capsys):
     cache = _sdist_cache()
-    plain = ls.prepare(tmp_path / "plain", patches=[PATCH], cache=cache)
-    hooked = ls.prepare(tmp_path / "hooked", patches=[PATCH], cache=cache, lavapipe_hooks=True)
+    plain = ls.prepare(tmp_path / "plain", patches=SERIES, cache=cache)
+    hooked = ls.prepare(tmp_path / "hooked", patches=SERIES, cache=cache, lavapipe_hooks=True)
     assert "EXACT PIN" in capsys.readouterr().out
     for tree in (plain, hooked):
         stamp = json.loads((tree / ls.STAMP).read_text())
         assert stamp["verified_files"] == len(ls.blob_table()) == 186
         for rel in ("tools/llama-bench/llama-bench.cpp", "tools/perplexity/perplexity.cpp"):
             assert (tree / rel).is_file(), rel
-    post = {f.path: f.post for f in ls.parse_patch(PATCH)}
+    post = {f.path: f.post for p in SERIES for f in ls.parse_patch(p)}  # the last one wins
     vk = ls.VULKAN_CPP
     assert ls.git_blob((plain / vk).read_bytes()).startswith(post[vk])
     assert json.loads((plain / ls.STAMP).read_text())["test_hooks"] == []
     hooked_src = (hooked / vk).read_text()
     assert "GGML_VK_TEST_INT_DOT_UNACCELERATED" in hooked_src
     assert "GGML_VK_TEST_INT_DOT_UNACCELERATED" not in (plain / vk).read_text()
-    assert len(json.loads((hooked / ls.STAMP).read_text())["test_hooks"]) == 2
-    assert ls.source_key([PATCH]) != ls.source_key([PATCH], lavapipe_hooks=True)
+    assert len(json.loads((hooked / ls.STAMP).read_text())["test_hooks"]) == len(ls.LAVAPIPE_HOOKS)
+    assert ls.source_key(SERIES) != ls.source_key(SERIES, lavapipe_hooks=True)
     # A hook whose text is gone (here: applied twice) is refused, not skipped.
     with pytest.raises(UserError, match="test hook not applicable"):
         ls.apply_lavapipe_hooks(hooked)
@@ -148,7 +167,7 @@ def test_pypi_gives_the_exact_pin_patched_with_hooks_only_when_asked(tmp_path, c
 def test_the_perplexity_patch_applies_to_the_tree_sdist_and_the_banner_says_so(tmp_path, capsys):
     # tools/ has no pinned blob here: the patch's own pre-image blob is what is checked.
     tree = ls.prepare(
-        tmp_path / "check", patches=[PATCH, FLUSH_PATCH], cache=_sdist_cache(), check_only=True
+        tmp_path / "check", patches=[*SERIES, FLUSH_PATCH], cache=_sdist_cache(), check_only=True
     )
     out = capsys.readouterr().out
     rel = "tools/perplexity/perplexity.cpp"
@@ -166,62 +185,63 @@ def patched_tree(tmp_path_factory):
         return Path(given)
     cache = os.environ["ROCKY_LLAMA_SDIST_CACHE"]
     dest = tmp_path_factory.mktemp("llama") / "check"
-    return ls.prepare(dest, patches=[PATCH], cache=Path(cache), check_only=True)
+    return ls.prepare(dest, patches=SERIES, cache=Path(cache), check_only=True)
 
 
 @pytest.mark.slow
 @pytest.mark.needs_llama_tree
 def test_patch_applies_to_the_exact_pinned_files(patched_tree):
     table = ls.blob_table()
-    for f in ls.parse_patch(PATCH):
-        got = ls.git_blob((patched_tree / f.path).read_bytes())
-        assert got.startswith(f.post) and got != table[f.path]
+    post = {f.path: f.post for p in SERIES for f in ls.parse_patch(p)}
+    for path, blob in post.items():
+        got = ls.git_blob((patched_tree / path).read_bytes())
+        assert got.startswith(blob) and got != table[path]
 
 
 @pytest.mark.slow
 @pytest.mark.needs_llama_tree
-def test_mali_tiles_cut_accumulators_and_obey_the_tile_rule(patched_tree):
+def test_every_tile_obeys_the_warp_rule_and_mali_tiles_cut_accumulators(patched_tree):
     rep = warptile.report(patched_tree)
     stock = {t.name: t for t in rep["stock"]}
     mali = {t.name: t for t in rep["mali"]}
+    # 0001: every scalar tile at subgroup 16, MUL_MAT_ID's small ones included (#28637).
+    assert len(stock) == len(warptile.TILES) == 24
+    for tiles in (stock, mali):
+        assert [n for n, t in tiles.items() if not t.rule_ok] == []
     for name in ("l_warptile", "l_warptile_mmq", "l_warptile_mmq_int", "l_warptile_mmq_int_k"):
         assert stock[name].accumulators == 128, name
         assert mali[name].accumulators == 16, name
-        assert mali[name].rule_ok and mali[name].shared_bytes <= 32768, name
+        assert mali[name].shared_bytes <= 32768, name
     assert mali["l_warptile_mmq_int"].bk_step == 2
     assert stock["m_warptile_mmq_int"].bk_step == mali["m_warptile_mmq_int"].bk_step == 4
-    # Upstream issue 28637: the generic small tile breaks the rule at subgroup 16; Mali's does not.
-    assert not stock["s_warptile"].rule_ok and mali["s_warptile"].rule_ok
-    bm, bn = mali["l_warptile_mmq_int"].values[1:3]
-    assert rep["denoms"]["mali"]["l_mmq_wg_denoms"][:2] == (bm, bn)
-    assert rep["denoms"]["mali"]["l_wg_denoms"][:2] == mali["l_warptile"].values[1:3]
-    assert rep["denoms"]["stock"]["l_mmq_wg_denoms"][:2] == stock["l_warptile_mmq_int"].values[1:3]
+    assert mali["s_warptile_mmqid_int"].bk_step == 1
 
 
 def test_tile_parser_on_a_small_excerpt():
     src = """
         // Matrix cores require different warp group sizes
         l_warptile = { 128, 128, 128, 16, subgroup_size_8 * 2, 64, 2, tm_l, tn_l, tk_l, 16 };
+        s_warptile = { subgroup_size_32, 32,  32, 16, s_warptile_wm, 32, 2, tm_s, tn_s, tk_s, 16 };
         // chip specific tuning
-        if (x) {
-        } else if (device->mali_warptile) {
-            l_warptile = { 256, 64, 64, 16, 16, 16, 2, 2, 2, 1, 16 };
+        if ((device->architecture == AMD_GCN)) {
         }
-        l_mmq_wg_denoms = l_wg_denoms = {128, 128, 1 };
-        if (device->mali_warptile) {
-            l_mmq_wg_denoms = l_wg_denoms = { 64, 64, 1 };
-        }
-        l_align = 128;
     """
     tiles = warptile.parse_tiles(src)
-    assert tiles["stock"]["l_warptile"][4] == 32 and tiles["mali"]["l_warptile"][0] == 256
-    assert tiles["mali"]["l_wg_denoms"] == (64, 64, 1)
-    assert warptile.analyse("l_warptile", tiles["stock"]["l_warptile"]).accumulators == 128
-    # The patch sets the Mali denominators from the tiles (a runtime spec may change BM, BN).
-    derived = src.replace(
-        "l_mmq_wg_denoms = l_wg_denoms = { 64, 64, 1 };",
-        "l_wg_denoms = { l_warptile[1], l_warptile[2], 1 };",
+    assert tiles["mali"] == {}
+    stock = tiles["stock"]
+    assert stock["l_warptile"][4] == 32
+    # The pin's small tile at subgroup 16: one warp tile for two warps (#28637).
+    assert not warptile.analyse("s_warptile", stock["s_warptile"]).rule_ok
+    fixed = src.replace("s_warptile_wm,", "ggml_vk_small_warptile_wm(subgroup_size_32, 16),")
+    mali_src = fixed.replace(
+        "if ((device->architecture == AMD_GCN)) {",
+        "if (device->mali_warptile) {\n"
+        "            l_warptile = { 256, 64, 64, 16, 16, 16, 2, 2, 2, 1, 16 };\n"
+        "        } else if ((device->architecture == AMD_GCN)) {",
     )
-    assert warptile.parse_tiles(derived)["mali"]["l_wg_denoms"] == (64, 64, 1)
+    tiles = warptile.parse_tiles(mali_src)
+    assert warptile.analyse("s_warptile", tiles["stock"]["s_warptile"]).rule_ok
+    assert tiles["mali"]["l_warptile"][0] == 256 and tiles["stock"]["l_warptile"][0] == 128
+    assert warptile.analyse("l_warptile", tiles["stock"]["l_warptile"]).accumulators == 128
     with pytest.raises(UserError, match="cannot evaluate"):
-        warptile.parse_tiles(derived.replace("l_warptile[2]", "l_warptile[11]"))
+        warptile.parse_tiles(mali_src.replace("16, 16, 16, 2", "16, x[11], 16, 2"))

@@ -58,7 +58,7 @@ BAD = [
         "int_k: WM % WMITER == 0 && (WM/WMITER) % TM == 0 broken",
     ),
     ("int=256,64,64,32,16,16,4,4,2,1,16,2", "int: (WM*WN) % (WARP*TM*TN*WMITER) == 0 broken"),
-    ("int=16,48,16,32,48,16,1,1,1,1,16,1", "int: WN % WNITER == 0 && (WN/WNITER) % TN == 0 broken"),
+    ("int=8,32,32,32,16,32,1,1,1,1,4,1", "int: WN % WNITER == 0 && (WN/WNITER) % TN == 0 broken"),
     ("int=256,64,64,32,16,16,2,2,2,2,16,2", "int: TK == 1 broken"),
     ("mmq=256,64,64,32,16,16,2,1,2,1,16", "mmq: TM % 2 == 0 broken"),
     ("mm=256,64,64,12,16,16,2,2,2,1,16", "mm: BK % 4 == 0 && 128 % BK == 0 broken"),
@@ -72,12 +72,16 @@ BAD = [
         "mm: BLOCK_SIZE % r == 0 && BM % (BLOCK_SIZE/r) == 0 && BN % (BLOCK_SIZE/r) == 0 "
         "for r = BK/2, BK/4 broken (r 2)",
     ),
-    ("int=12,48,16,32,16,16,1,4,1,1,4,2", "int: BLOCK_SIZE % 8 == 0 broken"),
-    # BK_STEP 64: 64 * (64 * 36 + 64 * 36) + 16 bytes, more than any device's shared memory
+    ("int=12,48,32,32,16,32,1,4,1,1,4,1", "int: BLOCK_SIZE % 8 == 0 broken"),
+    # BK_STEP 64: the upper bound 64 * (64 + 64) * 48 + 16 + 2048, more than any device's
     (
         "int=256,64,64,32,16,16,2,2,2,1,16,64",
-        "int: shared memory <= maxComputeSharedMemorySize broken (294928 > ",
+        "int: shared memory <= maxComputeSharedMemorySize broken (up to 395280 > ",
     ),
+    # D4: 16 rows per workgroup; D2: BN 96 under-pads with ROUNDUP_POW2; D4: 256 accumulators
+    ("int=256,16,64,32,16,16,2,2,2,1,16,2", "int: BM >= 32 && BN >= 32 broken (BM 16, BN 64)"),
+    ("int=96,64,96,32,32,32,1,2,2,1,16,1", "int: BN a power of two broken (BN 96)"),
+    ("int=16,64,64,32,64,64,1,4,4,1,16,1", "int: WM*WN/WARP <= 128 accumulators per thread broken"),
     # grammar
     (
         "int=256,64",
@@ -117,8 +121,8 @@ def _float_cases() -> list[str]:
 
 def test_bad_specs_cover_every_rule_once():
     rules = [want.split(": ", 1)[1].split(" broken")[0] for _, want in BAD if " broken" in want]
-    # R1-R13 of the doc, R10 (BK) in its two forms and R11 in two parts: 15 distinct conditions
-    assert len(rules) == len(set(rules)) == 15
+    # R1-R16 of the doc, R10 (BK) in its two forms and R11 in two parts: 18 distinct conditions
+    assert len(rules) == len(set(rules)) == 18
     assert all(";" not in v and "=" not in v for v in VALID.values())
     assert _canonical(VALID) == _spec(VALID)
 
@@ -185,4 +189,5 @@ def test_without_a_spec_nothing_changes(tmp_path, value):
     assert "spec rejected" not in out and "(spec:" not in out
     assert (MALI_LINE in out) == (value == "force")
     assert (STOCK_LINE in out) == (value in ("0", "1"))
-    assert ("ignoring GGML_VK_MALI_WARPTILE=1 (use 0 or force)" in out) == (value == "1")
+    unknown = "ignoring GGML_VK_MALI_WARPTILE=1 (use 0, force or a tile spec <family>=<values>"
+    assert (unknown in out) == (value == "1")

@@ -65,6 +65,10 @@ def test_register_estimate_keeps_the_stock_tile_out():
         ((256, 64, 64, 32, 16, 16, 1, 2, 2, 2, 16, 2), "TK == 1"),
         ((256, 64, 64, 32, 16, 16, 1, 2, 2, 1, 16, 8), "shared memory <= maxComputeSharedMemory"),
         ((4, 8, 8, 32, 8, 8, 1, 1, 1, 1, 4, 1), "BLOCK_SIZE % 8 == 0"),
+        # D4: a block of 8 rows needs vocab/8 workgroups; D2: columns pad to a power of two of BN
+        ((64, 8, 64, 32, 8, 16, 1, 2, 2, 1, 16, 2), "BM >= 32 && BN >= 32"),
+        ((96, 32, 96, 32, 16, 32, 1, 2, 2, 1, 16, 2), "BN a power of two"),
+        ((16, 64, 64, 32, 64, 64, 1, 4, 4, 1, 16, 1), "WM*WN/WARP <= 128 accumulators"),
     ],
 )
 def test_rule_breakers_are_rejected_naming_the_rule(values, rule):
@@ -89,11 +93,12 @@ def test_mm_and_mmq_rules_of_the_patch():
     assert any("BM % (BLOCK_SIZE/4)" in p for p in ts.tile_problems("mm", wide))
 
 
-def test_shared_memory_matches_the_patch_at_fp32_sizes(builtin):
-    # the patch's numbers at fp16 sizes: mmq 20992, int 9232, int_k 9216; at fp32 they grow
-    assert ts.shared_bytes("mmq", builtin["mmq"]) == 128 * 17 * 8 + 12288
-    assert ts.shared_bytes("int", builtin["int"]) == 2 * (64 * 36 + 64 * 40) + 16
-    assert ts.shared_bytes("int_k", builtin["int_k"]) == 2 * 128 * 40
+def test_shared_memory_is_the_patch_upper_bound_at_fp32_sizes(builtin):
+    # 0004 counts each cached block as 48 bytes and leaves 2 KiB for the driver (NVIDIA reported
+    # 14336 bytes for the int tile, whose declared block caches add up to 9216 at fp16)
+    assert ts.shared_bytes("mmq", builtin["mmq"]) == 128 * 17 * 8 + 12288 + 2048
+    assert ts.shared_bytes("int", builtin["int"]) == 2 * 128 * 48 + 16 + 2048 == 14352 > 14336
+    assert ts.shared_bytes("int_k", builtin["int_k"]) == 14352
 
 
 @pytest.mark.parametrize(

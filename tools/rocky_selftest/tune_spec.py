@@ -35,6 +35,9 @@ _FAMILY = re.compile(rf"(mm|mmq|int|int_k)=({_VALUE}(?:,{_VALUE}){{10,11}})", re
 V2_BYTES = 8
 MMQ_B_BYTES = 40
 MMQ_Q8_0_A_BYTES = 36  # block_a_cache of q8_0 / mxfp4 (the `int` family's largest)
+MMQ_PADDED_BLOCK_BYTES = 48  # any block_a_cache / block_b_cache (<= 40 B) at 16-byte alignment
+DRIVER_SHARED_RESERVE = 2048  # left for what a driver adds to the declared shared memory
+MAX_ACCUMULATORS = 128  # WM*WN/WARP of the stock large tile at subgroup size 16
 MMQ_LUT_BYTES = 12288  # iq1_s / iq1_m lookup table, as ggml_vk_matmul_shmem_support counts it
 MXFP4_KVALUES_BYTES = 16
 
@@ -114,17 +117,18 @@ def format_spec(spec: dict[str, tuple[int, ...]]) -> str:
 
 
 def shared_bytes(family: str, values: tuple[int, ...]) -> int:
-    """Shared memory of the family's shader, its declared arrays (the patch's formulas, R13),
-    at fp32 sizes: the worst case."""
+    """Shared memory of the family's shader as the patch bounds it (R13), at fp32 sizes: an upper
+    bound, since drivers pad shared structs their own way (NVIDIA: 14336 bytes for an int tile
+    whose block caches add up to 9216)."""
     v = dict(zip(FIELDS, values, strict=False))
     bm, bn, bk = v["BM"], v["BN"], v["BK"]
-    if family == "int":  # buf_a[BM * BK_STEP] (q8_0: 36 B), buf_b[BN * BK_STEP], kvalues_mxfp4
-        return values[11] * (bm * MMQ_Q8_0_A_BYTES + bn * MMQ_B_BYTES) + MXFP4_KVALUES_BYTES
-    if family == "int_k":  # q5_K / q6_K block_a_cache is as large as block_b_cache
-        return values[11] * (bm + bn) * MMQ_B_BYTES
-    if family == "mmq":  # SHMEM_STRIDE BK/2 + 1 vec2 at BK 32, plus the largest lookup table
-        return (bm + bn) * 17 * V2_BYTES + MMQ_LUT_BYTES
-    return (bm + bn) * max(17 * V2_BYTES, (bk // 2 + 1) * 8)  # mm: bf16 takes BK from the spec
+    if family in INTEGER_FAMILIES:  # buf_a, buf_b[BM or BN * BK_STEP], kvalues_mxfp4
+        declared = values[11] * (bm + bn) * MMQ_PADDED_BLOCK_BYTES + MXFP4_KVALUES_BYTES
+    elif family == "mmq":  # SHMEM_STRIDE BK/2 + 1 vec2 at BK 32, plus the largest lookup table
+        declared = (bm + bn) * 17 * V2_BYTES + MMQ_LUT_BYTES
+    else:  # mm: bf16 takes BK from the spec
+        declared = (bm + bn) * max(17 * V2_BYTES, (bk // 2 + 1) * 8)
+    return declared + DRIVER_SHARED_RESERVE
 
 
 def tile_problems(family: str, values: tuple[int, ...], limits: Limits = G610) -> list[str]:
@@ -151,7 +155,13 @@ def tile_problems(family: str, values: tuple[int, ...], limits: Limits = G610) -
     rule(bm % wm == 0 and bn % wn == 0, "BM % WM == 0 && BN % WN == 0")  # R3
     if out:
         return out  # the rules below divide by these
+    # R1b: fewer rows per workgroup than 32 need more workgroups than a dispatch allows for a large
+    # vocabulary; columns are padded with ROUNDUP_POW2(n, BN).
+    rule(bm >= 32 and bn >= 32, "BM >= 32 && BN >= 32")
+    rule(bn & (bn - 1) == 0, "BN a power of two")
     rule((bm // wm) * (bn // wn) == bs // warp, "(BM/WM)*(BN/WN) == BLOCK_SIZE/WARP")  # R4
+    # R4b: more accumulators than the stock large tile keeps at subgroup size 16 only spill
+    rule(wm * wn // warp <= MAX_ACCUMULATORS, "WM*WN/WARP <= 128 accumulators per thread")
     # The shaders: WNITER = WM*WN / (WARP*TM*TN*WMITER), WSUBM = WM/WMITER, WSUBN = WN/WNITER;
     # each thread of a warp owns a TM x TN piece of every WSUBM x WSUBN sub-tile.
     rule(wm % wmiter == 0 and (wm // wmiter) % tm == 0, "WM % WMITER == 0 && (WM/WMITER) % TM == 0")

@@ -86,6 +86,24 @@ LAVAPIPE_HOOKS = (
         "<< std::endl;\n"
         "    }\n",
     ),
+    (
+        "GGML_VK_TEST_LOG_TILES=1 logs every compiled pipeline's workgroup denominators and "
+        "specialization constants (the warptile), so tests check the tile rules on what ran",
+        "    if (vk_instance.debug_utils_support) {\n"
+        "        vk::DebugUtilsObjectNameInfoEXT duoni;\n"
+        "        duoni.objectType = vk::ObjectType::ePipeline;\n",
+        '    if (getenv("GGML_VK_TEST_LOG_TILES") != nullptr) {\n'
+        "        std::string tile;\n"
+        "        for (uint32_t c : specialization_constants) {\n"
+        '            tile += (tile.empty() ? "" : ",") + std::to_string(c);\n'
+        "        }\n"
+        '        std::cerr << "ggml_vulkan: test tile " << pipeline->name << " denoms=" '
+        '<< wg_denoms[0] << "," << wg_denoms[1] << " spec=" << tile << std::endl;\n'
+        "    }\n"
+        "    if (vk_instance.debug_utils_support) {\n"
+        "        vk::DebugUtilsObjectNameInfoEXT duoni;\n"
+        "        duoni.objectType = vk::ObjectType::ePipeline;\n",
+    ),
 )
 
 

@@ -7,4 +7,4 @@ from pathlib import Path
 CANDIDATES_PATH = Path(__file__).resolve().parent / "tile_candidates.json"
 # Our llama.cpp patch that carries the built-in Mali tiles (one of rocky-vulkan.yaml's
 # llama_cpp.patches).
-WARPTILE_PATCH = "llama.cpp-mali-mmq-warptile.patch"
+WARPTILE_PATCH = "llama.cpp-0003-vulkan-mali-panvk-warptiles.patch"

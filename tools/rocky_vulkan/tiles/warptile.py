@@ -37,9 +37,8 @@ DEFAULT_BK_STEP = 4  # mul_mmq.comp's value when the pipeline passes no 12th con
 # Shared-memory bytes per BK block in mul_mmq.comp for q8_0 with fp16: block_a_cache is
 # MMQ_Q8_0_A_BYTES (8 x int32 + float16_t, padded), block_b_cache 8 x int32 + f16vec2.
 MMQ_Q8_0_B_BYTES = 36
-TILES = ("l_warptile", "l_warptile_mmq", "l_warptile_mmq_int", "l_warptile_mmq_int_k",
-         "m_warptile", "m_warptile_mmq_int", "s_warptile", "s_warptile_mmq", "s_warptile_mmq_int",
-         "s_warptile_mmq_int_k")  # fmt: skip
+TILES = tuple(f"{size}_warptile{kind}" for kind in ("", "_mmq", "_mmq_int", "_mmq_int_k", "_id",
+               "_mmqid", "_mmqid_int", "_mmqid_int_k") for size in "lms")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,14 @@ def _eval(expr: str, env: dict[str, int], tiles: dict[str, tuple[int, ...]] | No
             and 0 <= node.slice.value < len(tiles[node.value.id])
         ):
             return tiles[node.value.id][node.slice.value]
+        if (  # the small tiles' WM (patch 0001): 32 * WARP / BLOCK_SIZE
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "ggml_vk_small_warptile_wm"
+            and len(node.args) == 2
+        ):
+            block_size, warp = walk(node.args[0]), walk(node.args[1])
+            return 32 * warp // block_size
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult | ast.Add | ast.Sub):
             a, b = walk(node.left), walk(node.right)
             return (
@@ -89,38 +96,47 @@ def _eval(expr: str, env: dict[str, int], tiles: dict[str, tuple[int, ...]] | No
 _ASSIGN = re.compile(r"^\s*((?:\w+\s*=\s*)+)\{([^}]*)\};", re.M)
 
 
+def _top_level_items(text: str) -> list[str]:
+    """`a, f(b, c), d` -> ['a', 'f(b, c)', 'd']: commas inside parentheses stay."""
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*items, cur]
+
+
 def _assignments(
     block: str, env: dict[str, int], tiles: dict[str, tuple[int, ...]] | None = None
 ) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
     for m in _ASSIGN.finditer(block):
         names = [n.strip() for n in m.group(1).split("=") if n.strip()]
-        values = tuple(_eval(e, env, tiles) for e in m.group(2).split(","))
+        values = tuple(_eval(e, env, tiles) for e in _top_level_items(m.group(2)))
         for n in names:
             out[n] = values
     return out
 
 
 def parse_tiles(source: str) -> dict[str, dict[str, tuple[int, ...]]]:
-    """{'stock': {...}, 'mali': {...}} warptiles and wg_denoms of the non-coopmat2 branch."""
+    """{'stock': {...}, 'mali': {...}} warptiles of the non-coopmat2 branch at subgroup 16 ('mali'
+    empty when the source has no Mali branch). Each pipeline's workgroup denominators are its
+    tile's BM and BN (the patch series)."""
     start = source.find("// Matrix cores require different warp group sizes")
     tuning = source.find("// chip specific tuning", start)
-    denoms = source.find("l_mmq_wg_denoms = l_wg_denoms", tuning)
-    if min(start, tuning, denoms) < 0:
+    if min(start, tuning) < 0:
         raise UserError("ggml-vulkan.cpp does not have the expected ggml_vk_load_shaders layout")
     stock = _assignments(source[start:tuning], SUBGROUP_16)
-    end = source.find("l_align", denoms)
-    stock_denoms = _assignments(source[denoms : source.find("\n", denoms) + 1], SUBGROUP_16)
-    stock.update(stock_denoms)
+    first = source[tuning : source.find("{", tuning) + 1]
+    if "mali_warptile" not in first and "eMesaPanvk" not in first:
+        return {"stock": stock, "mali": {}}
+    branch_end = source.find("} else if", tuning)
     mali = dict(stock)
-    branch = source.find("} else if (device->mali_warptile) {", tuning)
-    if branch >= 0:
-        mali.update(_assignments(source[branch:denoms], SUBGROUP_16))
-        override = source.find("if (device->mali_warptile) {", denoms)
-        if 0 <= override < end:
-            # denominators may follow the tiles: l_wg_denoms = { l_warptile[1], l_warptile[2], 1 }
-            mali.update(_assignments(source[override:end], SUBGROUP_16, mali))
-    return {"stock": stock, "mali": mali if branch >= 0 else {}}
+    mali.update(_assignments(source[tuning:branch_end], SUBGROUP_16, stock))
+    return {"stock": stock, "mali": mali}
 
 
 def analyse(name: str, values: tuple[int, ...]) -> Tile:
@@ -128,7 +144,8 @@ def analyse(name: str, values: tuple[int, ...]) -> Tile:
     warps = v["BLOCK_SIZE"] // v["WARP"]
     warp_tiles = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"])
     integer = "_int" in name
-    bk_step = (values[11] if len(values) > 11 else DEFAULT_BK_STEP) if integer else None
+    default_step = 1 if "mmqid" in name else DEFAULT_BK_STEP  # MUL_MAT_ID: `#define BK_STEP 1`
+    bk_step = (values[11] if len(values) > 11 else default_step) if integer else None
     if integer:
         shared = bk_step * (v["BM"] * MMQ_Q8_0_A_BYTES + v["BN"] * MMQ_Q8_0_B_BYTES)
     else:  # mul_mm.comp stages (BM + BN) * (BK + 1) FLOAT_TYPE values: float in f32acc pipelines
@@ -153,19 +170,13 @@ def report(tree: Path) -> dict[str, list[Tile]]:
     return {
         kind: [analyse(n, tiles[kind][n]) for n in TILES if n in tiles[kind]]
         for kind in ("stock", "mali")
-    } | {
-        "denoms": {
-            k: {n: tiles[k].get(n) for n in ("l_wg_denoms", "l_mmq_wg_denoms")} for k in tiles
-        }
     }
 
 
 def _run(args: argparse.Namespace) -> int:
     rep = report(Path(args.dir))
     if args.json:
-        print(
-            json.dumps({k: [asdict(t) for t in v] if k != "denoms" else v for k, v in rep.items()})
-        )
+        print(json.dumps({k: [asdict(t) for t in v] for k, v in rep.items()}))
         return 0
     print(f"{'tile':22} {'stock acc':>9} {'mali acc':>8} {'stock rule':>10} {'mali rule':>9} "
           f"{'stock shmem':>11} {'mali shmem':>10}")  # fmt: skip
@@ -175,11 +186,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{t.name:22} {t.accumulators:9} {m.accumulators:8} "
               f"{t.warp_tiles}/{t.warps:<8} {m.warp_tiles}/{m.warps:<7} "
               f"{t.shared_bytes:11} {m.shared_bytes:10}")  # fmt: skip
-    print("wg_denoms:", json.dumps(rep["denoms"]))
     return 0
 
 
-MALI_BRANCH = "} else if (device->mali_warptile) {"
+MALI_BRANCH = "if (device->driver_id == vk::DriverId::eMesaPanvk && device->subgroup_size == 16"
 FAMILY_TILES = {
     "mm": "l_warptile",
     "mmq": "l_warptile_mmq",
@@ -201,7 +211,7 @@ def mali_tiles_from_patch(patch: Path) -> dict[str, tuple[int, ...]]:
         raise UserError(f"{patch}: no `{MALI_BRANCH}` branch among the added lines")
     body = []
     for line in added[start:].splitlines()[1:]:
-        if line.strip() == "}":  # the branch's closing brace
+        if line.strip().startswith("}"):  # the branch's closing brace (or the next else if)
             break
         body.append(line)
     tiles = _assignments("\n".join(body), SUBGROUP_16)

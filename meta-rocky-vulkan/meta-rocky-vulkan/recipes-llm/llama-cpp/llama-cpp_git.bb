@@ -19,7 +19,10 @@ PV = "0.0.9101+git"
 
 SRC_URI = "git://github.com/ggml-org/llama.cpp.git;protocol=https;branch=master \
            file://host-toolchain.cmake.in \
-           file://llama.cpp-mali-mmq-warptile.patch \
+           file://llama.cpp-0001-vulkan-small-warptile-rule.patch \
+           file://llama.cpp-0002-vulkan-tile-denoms-bk-step.patch \
+           file://llama.cpp-0003-vulkan-mali-panvk-warptiles.patch \
+           file://llama.cpp-0004-vulkan-mali-warptile-env.patch \
            file://llama.cpp-perplexity-flush-log.patch \
            "
 SRCREV = "389ff61d77b5c71cec0cf92fe4e5d01ace80b797"
