@@ -58,7 +58,7 @@ def test_series_index_lines_chain_from_the_pinned_blobs():
         "ggml/src/ggml-vulkan/vulkan-shaders/mul_mmq.comp",
     }
     # Only the tuning hook is downstream-only; the rest is written for upstream.
-    assert "Upstream-Status: Inappropriate [tuning hook for this image]" in SERIES[3].read_text()
+    assert "Upstream-Status: Inappropriate [embedded specific]" in SERIES[3].read_text()
     assert all("Upstream-Status: Pending" in p.read_text() for p in SERIES[:3])
 
 
