@@ -54,20 +54,28 @@ if ! command -v ccache >/dev/null || ! command -v ninja >/dev/null || ! command 
         ninja-build cmake g++ git libssl-dev
 fi
 
+# unpack_debs SUITE DEST PKG...: Debian SUITE's packages downloaded with apt-get (its own lists
+# under $CACHE/apt-SUITE, nothing installed) and unpacked with dpkg -x into a fresh DEST (debs/
+# keeps the .debs).
+unpack_debs() {
+    local suite=$1 dest=$2 A=$CACHE/apt-$1
+    shift 2
+    mkdir -p "$A/lists/partial" "$A/archives/partial" "$A/etc"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite main" >"$A/etc/sources.list"
+    local O=(-o Dir::Etc::sourcelist="$A/etc/sources.list" -o Dir::Etc::sourceparts=/nonexistent
+             -o Dir::State::Lists="$A/lists" -o Dir::Cache="$A" -o Acquire::Check-Valid-Until=false)
+    apt-get "${O[@]}" update -q
+    rm -rf "$dest" && mkdir -p "$dest/debs"
+    # _apt cannot write into a root-only folder: download as root, without apt's sandbox user.
+    (cd "$dest/debs" && apt-get "${O[@]}" -o APT::Sandbox::User=root download "$@")
+    for d in "$dest"/debs/*.deb; do dpkg -x "$d" "$dest"; done
+}
+
 step "trixie: glslc 2025.2 (+ its runtime), Vulkan 1.4 headers (apt-get download + dpkg -x)"
 TX=$CACHE/trixie-tools
 TX_DEBS=(glslc libshaderc1 libc6 libgcc-s1 libstdc++6 libvulkan-dev spirv-headers)
 if [ ! -x "$TX/glslc" ] || [ ! -f "$TX/usr/include/vulkan/vulkan.hpp" ]; then
-    A=$CACHE/apt-trixie
-    mkdir -p "$A/lists/partial" "$A/archives/partial" "$A/etc"
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" >"$A/etc/sources.list"
-    O=(-o Dir::Etc::sourcelist="$A/etc/sources.list" -o Dir::Etc::sourceparts=/nonexistent
-       -o Dir::State::Lists="$A/lists" -o Dir::Cache="$A" -o Acquire::Check-Valid-Until=false)
-    apt-get "${O[@]}" update -q
-    rm -rf "$TX.tmp" && mkdir -p "$TX.tmp/debs"
-    # _apt cannot write into a root-only folder: download as root, without apt's sandbox user.
-    (cd "$TX.tmp/debs" && apt-get "${O[@]}" -o APT::Sandbox::User=root download "${TX_DEBS[@]}")
-    for d in "$TX.tmp"/debs/*.deb; do dpkg -x "$d" "$TX.tmp"; done
+    unpack_debs trixie "$TX.tmp" "${TX_DEBS[@]}"
     # trixie's glslc needs trixie's libc and libstdc++: run it through trixie's own ld.so.
     cat >"$TX.tmp/glslc" <<EOF
 #!/bin/sh
@@ -89,15 +97,7 @@ step "bookworm-backports lavapipe (25.0.7 when written; apt-get download + dpkg 
 LVP=$CACHE/lavapipe-bpo
 LVP_DEBS=(mesa-vulkan-drivers/bookworm-backports libdrm2/bookworm-backports libdrm-amdgpu1/bookworm-backports)
 if [ ! -f "$LVP/lvp_icd.json" ]; then
-    A=$CACHE/apt-bpo
-    mkdir -p "$A/lists/partial" "$A/archives/partial" "$A/etc"
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm-backports main" >"$A/etc/sources.list"
-    O=(-o Dir::Etc::sourcelist="$A/etc/sources.list" -o Dir::Etc::sourceparts=/nonexistent
-       -o Dir::State::Lists="$A/lists" -o Dir::Cache="$A" -o Acquire::Check-Valid-Until=false)
-    apt-get "${O[@]}" update -q
-    rm -rf "$LVP.tmp" && mkdir -p "$LVP.tmp/debs"
-    (cd "$LVP.tmp/debs" && apt-get "${O[@]}" -o APT::Sandbox::User=root download "${LVP_DEBS[@]}")
-    for d in "$LVP.tmp"/debs/*.deb; do dpkg -x "$d" "$LVP.tmp"; done
+    unpack_debs bookworm-backports "$LVP.tmp" "${LVP_DEBS[@]}"
     lib=$LVP/usr/lib/x86_64-linux-gnu/libvulkan_lvp.so
     "$PY" - "$LVP.tmp/usr/share/vulkan/icd.d/lvp_icd.json" "$lib" "$LVP.tmp/lvp_icd.json" <<'PY'
 import json, sys
