@@ -337,6 +337,7 @@ WHOLE_OUTPUTS: dict[str, bytes] = {
     "twenty-mb": b'{"blockdevices": [], "x": "' + b"x" * (20 * MIB) + b'"}',
 }
 
+NOT_A_DISK = "/nonexistent/rocky-not-a-disk"
 # Per field of a node: values lsblk >= 2.37 (JSON types) never gives.
 BAD_FIELD_VALUES: dict[str, list[object]] = {
     "size": ["16G", "", -1, 2**64, 10**30, 1.5, True, None, [], {}],
@@ -344,7 +345,9 @@ BAD_FIELD_VALUES: dict[str, list[object]] = {
     "hotplug": ["no", 0, None],
     "ro": ["0", 1, None],
     "name": [5, None, "", "sd b", "sd\nb", "x" * 300, "../etc", "[red]sdb"],
-    "path": [5, None, "/etc/passwd", "/dev/../etc/passwd", "sdb", "/dev/sd b", "/dev/sdb\n"],
+    # Not real files: a regression must fail on a missing path, never write over one (the first
+    # run of these cases, on the old flash code, wrote its image over the machine's /etc/passwd).
+    "path": [5, None, NOT_A_DISK, "/dev/.." + NOT_A_DISK, "sdb", "/dev/sd b", "/dev/sdb\n"],
     "type": [5, None, "", "Disk ", "[red]disk", "x" * 100, "disk\n"],
     "mountpoints": [None, "/", 5, [5], [["/"]], {"a": 1}],
     "model": [5, [], {}, True],
