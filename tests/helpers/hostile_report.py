@@ -27,6 +27,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from rocky_vulkan.host.report import EVIDENCE_CHECKS
+
 from tests.helpers.adversary import Case, Outcome
 from tests.helpers.project import ROOT
 
@@ -40,21 +42,7 @@ OWN_MATH = re.compile(r"\$\\mathdefault\{[-0-9.^{}\\times ]*\}\$")  # log-axis t
 # ---------------------------------------------------------------------------------------------
 # The valid documents every case starts from.
 
-CHECK_AT = {
-    name: i
-    for i, name in enumerate(
-        (
-            "gpu_driver",
-            "csf_firmware",
-            "no_vendor_driver",
-            "vulkan_device",
-            "model_sha256",
-            "sweep",
-            "ratio",
-            "output_match",
-        )
-    )  # fmt: skip
-}
+CHECK_AT = {name: i for i, name in enumerate(EVIDENCE_CHECKS)}  # what a PASS needs
 CRASHED_RUN = 4 * 3 + 1  # the FAIL document's stock run at ub 1024 (ub-major, tuned/stock/cpu)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rocky_vulkan.layer.errors import RenderError, os_hint
 from rocky_vulkan.layer.manifest import RECORD, recorded_paths
-from rocky_vulkan.regularfile import read_regular, shown
+from rocky_vulkan.regularfile import file_kind, read_regular, shown
 
 # Staging dirs of a render, beside the outputs (same file system, so the swap is a rename);
 # .gitignore lists them and the next render removes any a killed one left behind: only those
@@ -71,17 +71,8 @@ def _owned(files: dict[str, bytes], root: Path) -> set[str]:
 
 
 def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a device"),
-        (stat.S_ISBLK, "a device"),
-        (stat.S_ISREG, "a file"),
-    ):
-        if test(mode):
-            return name
-    return "not a file"
+    """What an lstat mode is, in words (links included: render never follows one)."""
+    return "a symbolic link" if stat.S_ISLNK(mode) else file_kind(mode) or "a file"
 
 
 def _raise(err: OSError) -> None:

@@ -45,15 +45,16 @@ def _upstream(table: dict[str, str]) -> dict[str, str]:
     return {name: layer for layer, names in table.items() for name in names.split()}
 
 
-def machine_reason(name: str) -> str | None:
-    """Why `name` cannot be a machine of the config, or None."""
-    layer = _upstream(UPSTREAM_MACHINES).get(name)
+def _name_reason(kind: str, name: str, upstream: dict[str, str], fix: str) -> str | None:
+    """Why `name` cannot be our `kind` ("machine", "distro"): an upstream one of that name, or a
+    file render writes for something else; None when it is free."""
+    layer = _upstream(upstream).get(name)
     if layer:
         return (
-            f"{name!r} is a machine of {layer}: bitbake would read one of the two "
-            f"conf/machine/{name}.conf files for both; give yours its own name, e.g. {name}-rocky"
+            f"{name!r} is a {kind} of {layer}: bitbake would read one of the two "
+            f"conf/{kind}/{name}.conf files for both; {fix}"
         )
-    clashes = manifest.collisions("machine", name)
+    clashes = manifest.collisions(kind, name)
     if clashes:
         path, template = clashes[0]
         return (
@@ -61,24 +62,20 @@ def machine_reason(name: str) -> str | None:
             f"templates/{template}; pick another name, e.g. my-{name}"
         )
     return None
+
+
+def machine_reason(name: str) -> str | None:
+    """Why `name` cannot be a machine of the config, or None."""
+    return _name_reason(
+        "machine", name, UPSTREAM_MACHINES, f"give yours its own name, e.g. {name}-rocky"
+    )
 
 
 def distro_reason(name: str) -> str | None:
     """Why `name` cannot be the config's distro, or None."""
-    layer = _upstream(UPSTREAM_DISTROS).get(name)
-    if layer:
-        return (
-            f"{name!r} is a distro of {layer}: bitbake would read one of the two "
-            f"conf/distro/{name}.conf files for both; keep rocky-vulkan or pick a name of your own"
-        )
-    clashes = manifest.collisions("distro", name)
-    if clashes:
-        path, template = clashes[0]
-        return (
-            f"{name!r} is reserved: its file would be {path}, which render writes from "
-            f"templates/{template}; pick another name, e.g. my-{name}"
-        )
-    return None
+    return _name_reason(
+        "distro", name, UPSTREAM_DISTROS, "keep rocky-vulkan or pick a name of your own"
+    )
 
 
 def repo_reason(name: str) -> str | None:
