@@ -69,6 +69,16 @@ ENV_NEEDS = {
         "Mesa and ggml git dirs and a cache for sim prove",
     ),
     "needs_mesa_src": EnvNeed(("ROCKY_MESA_SRC",), "a Mesa source tree"),
+    "needs_vkcheck_bin": EnvNeed(
+        ("ROCKY_VKCHECK_BIN",), "rocky-vkcheck built by .ci/llama.sh (tools/rocky_vkcheck)"
+    ),
+    "needs_vkcheck_install": EnvNeed(
+        ("ROCKY_VKCHECK_INSTALL_DIR",), "rocky-vkcheck's install tree, from its recipe's tasks"
+    ),
+    "needs_lavapipe": EnvNeed(
+        ("ROCKY_LAVAPIPE_ICD", "ROCKY_LAVAPIPE_LIB"),
+        "bookworm-backports' lavapipe (.ci/llama.sh unpacks it)",
+    ),
     "needs_bitbake_dumps": EnvNeed(
         ("ROCKY_BITBAKE_ENV_DIR",), "run tools/scripts/bitbake-env.sh MIRRORS OUT first"
     ),
