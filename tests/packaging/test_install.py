@@ -64,7 +64,7 @@ def test_installed_package_renders_checks_and_lists_tiles_without_the_checkout(
     proj = tmp_path / "proj"
     proj.mkdir()
     shutil.copy(ROOT / "rocky-vulkan.yaml", proj)
-    for tree in ("patches", "meta-rocky-vulkan", "kas"):
+    for tree in ("patches", "meta-rocky-vulkan", "kas", "tools/rocky_vkcheck"):
         shutil.copytree(ROOT / tree, proj / tree)
     before = _tree_digest(installed)
     out = _run(

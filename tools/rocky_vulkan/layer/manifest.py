@@ -14,12 +14,13 @@ path segment may hold placeholders in braces; such a template renders one file p
     {licensed_model}  each entry of models: with license_flags (the same context): its kas
                     fragment accepting them
     {version}       rocky-vulkan's version
+    {vkcheck_version}  rocky-vkcheck's version (PROGRAM_VERSION in its C source)
 
 e.g. templates/kas/{machine}.yml.j2 -> kas/rock-5-itx.yml, kas/rock-5b-rocky.yml. Folders whose
 name starts with "_" hold Jinja includes, not outputs. Besides the tree, three small tables say
 what the tree cannot: the extra context of a recipe's templates (_recipe_contexts), the places a
 file is copied to besides its own (ALSO_AT), and the files carried verbatim from the project
-(copied_files: patches, the self-test's sources, the tile candidates).
+(copied_files: patches, the self-test's sources, the tile candidates, rocky-vkcheck's sources).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from rocky_vulkan import __version__
 from rocky_vulkan.config import PATCH_DIR_NAME, REFERENCE_MODEL, Config, ExtraModel
 from rocky_vulkan.layer import board, escape
 from rocky_vulkan.layer.errors import RenderError
-from rocky_vulkan.regularfile import read_regular
+from rocky_vulkan.regularfile import NotReadable, read_regular
 from rocky_vulkan.tiles import CANDIDATES_PATH
 
 LAYER_DIR = "meta-rocky-vulkan"
@@ -82,6 +83,15 @@ MODEL_LICENSE_FLAG = "qwen-research"
 EXTRA_MODEL_DIR = f"{SOFTWARE_LAYER}/recipes-llm/{MODEL_RECIPE}-{{model}}"
 EXTRA_MODEL_LICENCE = f"{EXTRA_MODEL_DIR}/files/MODEL-LICENSE.j2"
 SELFTEST_SOURCES = Path(rocky_selftest.__file__).resolve().parent
+# rocky-vkcheck: C and GLSL in the project's tools/rocky_vkcheck (not part of the Python
+# package): read from the project rendered, else from beside this package in its checkout
+# (vkcheck_dir). Its recipe tests the distro's Mesa, so it lives in the distro layer.
+VKCHECK_DIR_NAME = "tools/rocky_vkcheck"
+VKCHECK_BESIDE = Path(__file__).resolve().parents[2] / "rocky_vkcheck"
+VKCHECK_FILES_LIST = ("Makefile", "rocky-vkcheck.c", "shaders/spill.comp", "shaders/wls.comp")
+VKCHECK_RECIPE_DIR = f"{DISTRO_LAYER}/recipes-graphics/rocky-vkcheck"
+VKCHECK_FILES = f"{VKCHECK_RECIPE_DIR}/files"
+VKCHECK_VERSION = re.compile(r'^#define PROGRAM_VERSION "(\d+\.\d+\.\d+)"$', re.M)
 
 TEMPLATES = importlib.resources.files("rocky_vulkan.layer") / "templates"
 JINJA_SUFFIX = ".j2"
@@ -93,6 +103,7 @@ ALSO_AT = {
         f"{LAYER_DIR}/{{layer}}/COPYING.MIT",
         f"{SELFTEST_FILES}/COPYING.MIT",
         f"{LLM_FILES}/COPYING.MIT",
+        f"{VKCHECK_FILES}/COPYING.MIT",
     ),
 }
 
@@ -202,6 +213,7 @@ def _placeholder_values(cfg: Config) -> dict[str, Callable[[], list[tuple[str, d
             (m.name, _extra_model_context(m)) for m in cfg.models if m.license_flags
         ],
         "version": lambda: [(__version__, {})],
+        "vkcheck_version": lambda: [(vkcheck_version(cfg), {})],
     }
 
 
@@ -348,6 +360,36 @@ def _llm_context(cfg: Config) -> dict:
     }
 
 
+def vkcheck_dir(cfg: Config) -> Path:
+    """Where rocky-vkcheck's sources are: the project's tools/rocky_vkcheck, or the one of the
+    checkout this package runs from (a project copy without tools/)."""
+    own = cfg.root / VKCHECK_DIR_NAME
+    return own if own.is_dir() or not VKCHECK_BESIDE.is_dir() else VKCHECK_BESIDE
+
+
+def vkcheck_version(cfg: Config) -> str:
+    """rocky-vkcheck's version: its PROGRAM_VERSION (the one home), for the recipe's PV."""
+    source = vkcheck_dir(cfg) / "rocky-vkcheck.c"
+    try:
+        text = read_regular(source, MAX_COPIED_BYTES, "layer source").decode("utf-8")
+    except NotReadable as err:
+        raise RenderError(
+            f"{err}; rocky-vkcheck's sources are part of the project ({VKCHECK_DIR_NAME}): "
+            "render in the project checkout, beside rocky-vulkan.yaml"
+        ) from None
+    match = VKCHECK_VERSION.search(text)
+    if not match:
+        raise RenderError(f"{source}: no '#define PROGRAM_VERSION \"X.Y.Z\"' line")
+    return match.group(1)
+
+
+def _vkcheck_context() -> dict:
+    return {
+        "vkcheck_sources": ["COPYING.MIT", *VKCHECK_FILES_LIST],
+        "copying_md5": hashlib.md5((TEMPLATES / LICENCE).read_bytes()).hexdigest(),
+    }
+
+
 def _recipe_contexts(cfg: Config, env: jinja2.Environment) -> dict[str, dict]:
     """Extra context for the templates under a folder of templates/ (its path, with '/')."""
     return {
@@ -355,15 +397,16 @@ def _recipe_contexts(cfg: Config, env: jinja2.Environment) -> dict[str, dict]:
         f"{IMAGE_DIR}/": _image_context(cfg),
         f"{SELFTEST_RECIPE_DIR}/": _selftest_context(cfg),
         f"{LLM_RECIPE_DIR}/": _llm_context(cfg),
+        f"{VKCHECK_RECIPE_DIR}/": _vkcheck_context(),
         f"{SOFTWARE_LAYER}/recipes-llm/{{model_recipe}}/": _model_context(cfg, env),
     }
 
 
 def copied_files(cfg: Config) -> list[tuple[Path, str]]:
     """(source, output path) for the files the layer carries verbatim from the project: our
-    patches, the self-test's sources (rocky_selftest/) and the tuner's candidates (`rocky-vulkan
-    tiles prune`, data for `rocky-selftest tune`). The one list of them; `render --check` proves
-    each copy identical to its source."""
+    patches, the self-test's sources (rocky_selftest/), the tuner's candidates (`rocky-vulkan
+    tiles prune`, data for `rocky-selftest tune`) and rocky-vkcheck's sources. The one list of
+    them; `render --check` proves each copy identical to its source."""
     patch_dir = cfg.root / PATCH_DIR_NAME
     copies = [(patch_dir / p, f"{MESA_FILES}/{p}") for p in cfg.mesa.patches]
     copies += [(patch_dir / p, f"{LLAMA_FILES}/{p}") for p in cfg.llama_cpp.patches]
@@ -372,6 +415,8 @@ def copied_files(cfg: Config) -> list[tuple[Path, str]]:
         for name in selftest_sources()
     ]
     copies.append((CANDIDATES_PATH, f"{SELFTEST_FILES}/tile_candidates.json"))
+    vkcheck = vkcheck_dir(cfg)
+    copies += [(vkcheck / name, f"{VKCHECK_FILES}/{name}") for name in VKCHECK_FILES_LIST]
     return copies
 
 

@@ -13,6 +13,7 @@ IMAGE_FEATURES += "ssh-server-openssh"
 # What the self-test needs is named here, so it is a hard dependency: through vulkan-loader's
 # RRECOMMENDS alone, NO_RECOMMENDATIONS or BAD_RECOMMENDATIONS would drop the GPU driver
 # silently. The board's CSF firmware comes with the machine (MACHINE_EXTRA_RDEPENDS).
+# rocky-vkcheck (the distro layer's) is what `rocky-selftest driver` runs.
 IMAGE_INSTALL += "\
     kernel-module-panthor \
     mesa-vulkan-drivers \
@@ -23,6 +24,7 @@ IMAGE_INSTALL += "\
     llama-cpp-tests \
     sudo \
     rocky-selftest \
+    rocky-vkcheck \
     rocky-llm \
     rocky-model \
 "

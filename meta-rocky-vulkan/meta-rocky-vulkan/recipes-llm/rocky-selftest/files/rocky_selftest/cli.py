@@ -1,5 +1,5 @@
 """`rocky-selftest run|publish|status`: the first-boot self-test, its root-only publishing step
-and a look at its last result.
+and a look at its last result (and `tune`, `driver`: on demand).
 
 On the board the unit runs `run` as the unprivileged system user rocky-selftest (User=, GPU
 groups only) and then, as its ExecStopPost=+, `publish` as root: motd and console need root,
@@ -322,6 +322,28 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_driver(args: argparse.Namespace) -> int:
+    """rocky-vkcheck (the panvk patches' conformance check) within a budget; its section goes
+    to driver.json and into result.json, whose verdict it leaves alone (driver.py)."""
+    from . import driver
+
+    s = _settings(args)
+    binary = args.binary or s.tool(driver.TOOL)
+    try:
+        with StopSignals(), RunLock(s.results_dir):
+            section = driver.run_driver_check(binary, s.env, args.budget, now())
+            say("\n".join(printable(driver.summary_lines(section))))
+            saved = driver.record(s.results_dir, section, say)
+    except Busy as busy:
+        say(f"rocky-selftest driver: {busy}")
+        return EXIT_BUSY
+    except Stopped as stop:
+        say(f"rocky-selftest driver: stopped by {stop}; nothing recorded")
+        return EXIT_ERROR
+    code = EXIT_CODES.get(section["status"], EXIT_ERROR)
+    return code if saved or code else EXIT_ERROR
+
+
 def _first_boot_gate(s: Settings) -> str | None:
     """Why the first-boot tune does nothing, or None when it tunes."""
     if not s.tune_at_first_boot:
@@ -336,6 +358,12 @@ def _first_boot_gate(s: Settings) -> str | None:
 def _old_tune(s: Settings) -> dict[str, Any] | None:
     doc = peek_result(s.results_dir)
     return doc.get("tune") if doc else None
+
+
+def _budget(text: str) -> int:
+    if not text.isdigit() or not 10 <= int(text) <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds 10..3600")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -364,6 +392,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="re-check the tuned spec (accepted, KLD); on failure fall back to the built-in tiles",
     )
+    driver = sub.add_parser(
+        "driver",
+        help="run rocky-vkcheck, the panvk patches' conformance check; its result goes to "
+        f"driver.json and result.json (exit 0 PASS, 1 FAIL, 3 ERROR, {EXIT_BUSY} busy)",
+    )
+    driver.add_argument(
+        "--budget",
+        type=_budget,
+        default=300,
+        help="seconds it may take in all, 10..3600 (default %(default)s)",
+    )
+    driver.add_argument("--binary", help="the rocky-vkcheck to run (default: in bin_dir)")
     for p in (run, publish):
         p.add_argument("--stamp", help="first-boot stamp, written once a verdict is saved")
         p.add_argument("--console", help="also write the short verdict here, e.g. /dev/console")
@@ -375,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="runtime dir (tmpfs) where `run` leaves its verdict for `publish` and `status`, "
             f"also when the results disk refuses it {default}",
         )
-    for p in (run, publish, status, tune):
+    for p in (run, publish, status, tune, driver):
         p.add_argument("--sysroot", help="root for sysfs/dev/firmware checks (tests)")
         p.add_argument("--results-dir", dest="results_dir", help="where result.json goes")
         p.add_argument("--motd", dest="motd_path", help="motd file to update ('' = none)")
@@ -383,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     publish.set_defaults(func=cmd_publish)
     status.set_defaults(func=cmd_status)
     tune.set_defaults(func=cmd_tune)
+    driver.set_defaults(func=cmd_driver)
     return parser
 
 
