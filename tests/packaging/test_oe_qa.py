@@ -4,6 +4,8 @@ llama-cpp: the tree .ci/llama.sh built with the recipe's own cmake options (read
 recipe), `cmake --install`ed into a DESTDIR, with the recipe's do_install:append run there
 (ROCKY_LLAMA_INSTALL_DIR: install/ is cmake's output, root/ after the append, PACKAGING.json the
 build's paths and options). rocky-selftest, rocky-llm: their do_install run from their files/.
+rocky-vkcheck: the tree .ci/llama.sh made with the recipe's own do_compile and do_install on a
+copy of its files/ (ROCKY_VKCHECK_INSTALL_DIR: root/ and PACKAGING.json).
 Every recipe of rocky_vulkan.packaging.trees.RECIPES is covered: a new one is a row there. Each
 failure line names the OE QA test it stands for.
 """
@@ -23,7 +25,7 @@ from tests.helpers.project import FIXTURES, ROOT
 
 RULES = oerules.load()
 OLD_RECIPE = FIXTURES / "packaging" / "llama-cpp_git.bb.94fcf5d"  # main before issue 21
-CI_BUILT = {"llama-cpp"}  # the "cmake" recipes .ci/llama.sh builds
+CI_BUILT = {"llama-cpp", "rocky-vkcheck"}  # the "cmake" and "make" recipes .ci/llama.sh builds
 
 
 def _install_dir() -> Path:
@@ -54,7 +56,7 @@ def test_every_recipe_has_a_tree() -> None:
     """A recipe added to the table must say how CI gets its tree."""
     for name, entry in trees.RECIPES.items():
         assert entry.tree == "do_install" or name in CI_BUILT, (
-            f"{name}: a cmake recipe .ci/llama.sh does not build"
+            f"{name}: a cmake or make recipe .ci/llama.sh does not build"
         )
         trees.recipe_file(name, ROOT)
 
@@ -120,3 +122,15 @@ def test_old_recipe_fails_on_the_same_build() -> None:
         )  # fmt: skip
         for f in found
     ), found
+
+
+@pytest.mark.needs_vkcheck_install
+def test_rocky_vkcheck_tree_passes_oe_qa() -> None:
+    where = Path(os.environ["ROCKY_VKCHECK_INSTALL_DIR"])
+    meta = json.loads((where / "PACKAGING.json").read_text())
+    root = where / "root"
+    p = trees.packaged("rocky-vkcheck", ROOT, root, [*meta["build_paths"], str(where)], RULES)
+    findings = qa.run_all(p)
+    print(_report(p, findings))
+    assert p.split.owner["/usr/bin/rocky-vkcheck"] == "rocky-vkcheck"
+    assert not _errors(findings), _report(p, findings)

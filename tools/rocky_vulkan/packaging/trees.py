@@ -5,7 +5,9 @@ made here:
 - "cmake": CI configures the real source with OE's install layout plus the recipe's EXTRA_OECMAKE
   (`cmake_args`), builds, `cmake --install`s into a DESTDIR, then runs the recipe's
   do_install:append there (`task_script(..., "do_install", parts=("append",))`): .ci/llama.sh;
-- "do_install": the recipe's own do_install, run from its files/ folder (`install_from_files`).
+- "do_install": the recipe's own do_install, run from its files/ folder (`install_from_files`);
+- "make": CI copies its files/ folder, runs the recipe's do_compile and do_install there (its
+  EXTRA_OEMAKE through oe_runmake, the host's compiler and glslc): .ci/llama.sh.
 
 Classes add to FILES at packaging time; those we inherit are modelled in `_class_files`.
 """
@@ -24,8 +26,9 @@ from rocky_vulkan.packaging import bbfile, oerules, qa, split
 
 @dataclass(frozen=True)
 class RecipeEntry:
-    path: str  # under the layer meta-rocky-vulkan/meta-rocky-vulkan
-    tree: str  # "cmake" or "do_install"
+    path: str  # under the layer
+    tree: str  # "cmake", "do_install" or "make"
+    layer: str = "meta-rocky-vulkan"  # under meta-rocky-vulkan/
 
 
 RECIPES = {
@@ -34,8 +37,11 @@ RECIPES = {
         "recipes-llm/rocky-selftest/rocky-selftest_0.1.0.bb", "do_install"
     ),
     "rocky-llm": RecipeEntry("recipes-llm/rocky-llm/rocky-llm_0.1.0.bb", "do_install"),
+    "rocky-vkcheck": RecipeEntry(
+        "recipes-graphics/rocky-vkcheck/rocky-vkcheck_1.0.0.bb", "make", "meta-rocky-vulkan-distro"
+    ),
 }
-LAYER = Path("meta-rocky-vulkan/meta-rocky-vulkan")
+LAYERS = Path("meta-rocky-vulkan")
 # What a build host gives the recipe in place of bitbake's BUILD_* (the host compiler for
 # vulkan-shaders-gen; OE's BUILD_OPTIMIZATION is "-O2 -pipe").
 HOST_BUILD_VARS = {
@@ -50,7 +56,8 @@ HOST_BUILD_VARS = {
 def recipe_file(name: str, project: Path) -> Path:
     if name not in RECIPES:
         raise UserError(f"no recipe {name!r} in the packaging table; known: {', '.join(RECIPES)}")
-    path = (Path(project) / LAYER / RECIPES[name].path).resolve()
+    entry = RECIPES[name]
+    path = (Path(project) / LAYERS / entry.layer / entry.path).resolve()
     if not path.is_file():
         raise UserError(f"{path} missing: run `rocky-vulkan render` in {project}")
     return path
@@ -89,11 +96,15 @@ def task_script(
     body = "".join(store.expand(recipe.functions.get(name, "")) for name in names)
     if not body.strip():
         raise UserError(f"{path.name} has none of {', '.join(names)}")
+    # base.bbclass's oe_runmake: ${MAKE} ${EXTRA_OEMAKE} "$@"; the compiler and its flags come
+    # from the environment, as bitbake exports CC, CFLAGS and LDFLAGS.
+    make = store.expand(store.get("EXTRA_OEMAKE") or "")
     return (
         "set -e\n"
         'bbfatal() { echo "ERROR: $*" >&2; exit 1; }\n'
         'bbnote() { echo "NOTE: $*"; }\n'
-        'bbwarn() { echo "WARNING: $*" >&2; }\n' + body
+        'bbwarn() { echo "WARNING: $*" >&2; }\n'
+        f'oe_runmake() {{ make {make} "$@" || bbfatal "oe_runmake failed"; }}\n' + body
     )
 
 
