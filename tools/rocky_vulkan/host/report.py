@@ -498,6 +498,10 @@ def show(doc: dict[str, Any], cfg, plot_out: Path | None, console=None) -> int:
     if doc["tune"]:
         tune_png = sibling(plot_out, "-tune") if plot_out else None
         _print_tune(console, doc["tune"], ref, tune_png)
+    if doc.get("driver"):  # shown; the run's verdict below does not depend on it
+        from rocky_vulkan.host.driver_report import print_driver
+
+        print_driver(console, doc["driver"])
     # Only the self-test's own words reach this line: check names and verdicts are checked
     # against their lists when the result is read.
     failed = [c["name"] for c in doc["checks"] if c["status"] != "PASS" and c["status"] != "SKIP"]

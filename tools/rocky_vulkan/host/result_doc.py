@@ -496,8 +496,16 @@ def check_result(doc: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[
         "tune": _tune(doc.get("tune"), c),
         "placement": _placement(doc.get("placement"), c),
         "serving": _serving(doc.get("serving"), c),
+        "driver": _driver(doc.get("driver"), c),
     }
     return clean, c.problems
+
+
+def _driver(raw: Any, c: _Checker) -> dict[str, Any] | None:
+    """`rocky-selftest driver`'s section (host/driver_report.py)."""
+    from rocky_vulkan.host.driver_report import check_driver
+
+    return check_driver(raw, c)
 
 
 WANTED = "self-test result"  # read_regular: "pass the path of the self-test result file"
