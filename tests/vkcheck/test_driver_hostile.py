@@ -1,7 +1,8 @@
 """`rocky-selftest driver` reads rocky-vkcheck's output as hostile input (issue 24, part 2).
 
-The three documents in tests/fixtures/vkcheck/ are real output of the real program (lavapipe at
-warp 16: every check passed; `--inject-mismatch secondaries`; no Vulkan driver). Every leaf of
+The four documents in tests/fixtures/vkcheck/ are real output of the real program (lavapipe at
+warp 16: every check passed; `--inject-mismatch secondaries`; no Vulkan driver; the simulated
+Mali-G610, which executes nothing: two queues, every case differs). Every leaf of
 them replaced by a value of the wrong type, out of range or not matching its pattern, every key
 dropped, an unknown key added, a key given twice, counts that contradict each other or the exit
 status, truncated text: each must be refused naming the field, and the section must be an
@@ -32,6 +33,7 @@ SAMPLES = {
     "pass": (FIXTURES / "vkcheck" / "lavapipe-warp16-pass.json", 0),
     "inject": (FIXTURES / "vkcheck" / "inject-secondaries.json", 1),
     "nodriver": (FIXTURES / "vkcheck" / "no-driver.json", 2),
+    "sim": (FIXTURES / "vkcheck" / "sim-g610-stock-panvk.json", 1),
 }
 
 
@@ -67,6 +69,10 @@ def test_the_real_documents_parse_and_give_their_verdicts():
     none = _section(_text("nodriver"), 2)
     assert none["status"] == "ERROR" and none["device"] is None
     assert none["reason"].startswith("vkCreateInstance returned VK_ERROR_INCOMPATIBLE_DRIVER")
+    sim = _section(_text("sim"), 1)
+    assert sim["status"] == "FAIL" and sim["queues"] == 2, sim
+    assert sim["device"]["name"] == "Mali-G610 MC4" and sim["device"]["driver_name"] == "panvk"
+    assert "tls_growth 40 of 40 cases differ" in sim["reason"]
 
 
 def test_the_program_s_check_names_are_the_parser_s():
