@@ -1,8 +1,9 @@
 """`rocky-selftest driver` reads rocky-vkcheck's output as hostile input (issue 24, part 2).
 
-The four documents in tests/fixtures/vkcheck/ are real output of the real program (lavapipe at
+The five documents in tests/fixtures/vkcheck/ are real output of the real program (lavapipe at
 warp 16: every check passed; `--inject-mismatch secondaries`; no Vulkan driver; the simulated
-Mali-G610, which executes nothing: two queues, every case differs). Every leaf of
+Mali-G610, which executes nothing: two queues, every case differs; the same with Debian's panvk
+26.1.6, which runs out of private VA at vkEndCommandBuffer in `secondaries`). Every leaf of
 them replaced by a value of the wrong type, out of range or not matching its pattern, every key
 dropped, an unknown key added, a key given twice, counts that contradict each other or the exit
 status, truncated text: each must be refused naming the field, and the section must be an
@@ -34,6 +35,7 @@ SAMPLES = {
     "inject": (FIXTURES / "vkcheck" / "inject-secondaries.json", 1),
     "nodriver": (FIXTURES / "vkcheck" / "no-driver.json", 2),
     "sim": (FIXTURES / "vkcheck" / "sim-g610-stock-panvk.json", 1),
+    "oom": (FIXTURES / "vkcheck" / "sim-g610-panvk-26.1-oom.json", 3),
 }
 
 
@@ -73,6 +75,11 @@ def test_the_real_documents_parse_and_give_their_verdicts():
     assert sim["status"] == "FAIL" and sim["queues"] == 2, sim
     assert sim["device"]["name"] == "Mali-G610 MC4" and sim["device"]["driver_name"] == "panvk"
     assert "tls_growth 40 of 40 cases differ" in sim["reason"]
+    oom = _section(_text("oom"), 3)
+    assert oom["status"] == "ERROR" and oom["error"]["check"] == "secondaries", oom
+    assert oom["reason"] == (
+        "vkEndCommandBuffer returned VK_ERROR_OUT_OF_DEVICE_MEMORY (during secondaries)"
+    )
 
 
 def test_the_program_s_check_names_are_the_parser_s():

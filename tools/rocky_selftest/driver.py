@@ -274,8 +274,11 @@ def _reason(doc: dict[str, Any]) -> str | None:
     """Why the document is not a PASS, in one line, or None."""
     if doc["error"] is not None:
         e = doc["error"]
-        where = f" during {e['check']}" if e["check"] else ""
-        return f"{e['call']} returned {e['result']}{where}: {e['message']}"
+        said = f"{e['call']} returned {e['result']}"
+        where = f" (during {e['check']})" if e["check"] else ""
+        if e["message"].startswith(said):
+            return f"{e['message']}{where}"
+        return f"{said}{where}: {e['message']}"
     failed = [c for c in doc["checks"] if c["status"] != "pass"]
     if not failed:
         return None

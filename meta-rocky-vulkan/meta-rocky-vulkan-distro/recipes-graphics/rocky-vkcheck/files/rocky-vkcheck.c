@@ -1071,6 +1071,13 @@ static int setup(ctx *c, int wanted)
    return 0;
 }
 
+/* The command pools a check created (from index `from` on), once all its work is done. */
+static void release_pools(ctx *c, unsigned from)
+{
+   while (c->npools > from)
+      vkDestroyCommandPool(c->dev, c->pools[--c->npools], NULL);
+}
+
 /* After a fence wait timed out the GPU may still use every object: nothing is destroyed then
  * (the process exits and the kernel reclaims it all). */
 static void teardown(ctx *c)
@@ -1313,9 +1320,11 @@ int main(int argc, char **argv)
       for (unsigned i = 0; i < NCHECKS && !c.vk_failed; i++) {
          struct check *k = &checks[i];
          double t0 = now_s();
+         unsigned pools = c.npools;
          c.current = k;
          k->ran = true;
-         k->run(&c, k);
+         if (k->run(&c, k) == 0)
+            release_pools(&c, pools); /* each check starts with only its own command buffers */
          k->seconds = now_s() - t0;
          fprintf(stderr, "rocky-vkcheck: %s: %u/%u cases passed (%.2f s)%s%s\n", k->name,
                  k->passed, k->cases, k->seconds, k->mismatch ? "; first mismatch: " : "",
