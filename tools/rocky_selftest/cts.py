@@ -200,8 +200,9 @@ def select_cases(cts_dir: str, patterns: Iterable[str], max_cases: int = MAX_SEL
     seen: set[str] = set()
     budget = [MAX_LIST_BYTES]
 
+    base = os.path.dirname(index)  # deqp resolves every listed file from one folder
+
     def read(path: str, depth: int) -> None:
-        base = os.path.dirname(path)
         include_mode: bool | None = None
         sel.files += 1
         if sel.files > MAX_LIST_FILES:
