@@ -275,3 +275,26 @@ def fake_deqp_tmp_config():
 
 
 assert fake_deqp.REAL_OPTIONS  # the stand-in's option list is the one these tests rely on
+
+
+def test_links_in_the_work_dir_are_removed_not_followed(tmp_path, cts_dir):
+    s = settings(tmp_path, cts_dir)
+    work = tmp_path / "results" / "cts"
+    work.mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (work / "chunk-001.txt").symlink_to(victim)
+    (work / "chunk-001.qpa").symlink_to(victim)
+    (work / "mine.txt").write_text("not ours")
+    section = run(s)
+    assert section["counts"] == {"Pass": 7}
+    assert victim.read_text() == "keep me" and (work / "mine.txt").exists()
+
+
+def test_a_work_dir_that_is_a_link_is_refused(tmp_path, cts_dir):
+    s = settings(tmp_path, cts_dir)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "results" / "cts").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(cts.CtsError, match="not a directory"):
+        run(s)

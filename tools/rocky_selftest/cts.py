@@ -484,15 +484,16 @@ def _show(value: object) -> str:
 
 
 def _prepare_work(work: str) -> None:
-    """An empty work dir for this run's chunks: our own files from the last run are removed,
-    nothing else (a link or a folder there is left alone and refused)."""
+    """An empty work dir for this run's chunks: our own names from the last run are removed
+    (links too, never followed), nothing else; a work dir that is a link is refused."""
     os.makedirs(work, mode=0o755, exist_ok=True)
     if os.path.islink(work) or not os.path.isdir(work):
         raise CtsError(f"{work} is not a directory: remove it, then run `rocky-selftest cts`")
     for name in os.listdir(work):
         path = os.path.join(work, name)
-        if re.fullmatch(r"chunk-\d{1,6}\.(qpa|txt)|shadercache\.bin", name) and _regular(path):
-            os.unlink(path)
+        ours = re.fullmatch(r"chunk-\d{1,6}\.(qpa|txt)|shadercache\.bin", name)
+        if ours and (os.path.islink(path) or not os.path.isdir(path)):
+            os.unlink(path)  # a link is removed, never followed
 
 
 @dataclass
@@ -583,7 +584,7 @@ def run_cts(
         chunks += 1
         caselist = os.path.join(work, f"chunk-{chunks:03d}.txt")
         qpa = os.path.join(work, f"chunk-{chunks:03d}.qpa")
-        with open(caselist, "w", encoding="ascii") as f:
+        with open(caselist, "x", encoding="ascii") as f:  # new: no link planted there is used
             f.write("".join(c + "\n" for c in chunk))
         cmd = deqp_command(deqp, cts_dir, caselist, qpa, work)
         run = run_chunk(cmd, env, qpa, work, deadline, s.cts_case_timeout_s, clock)
