@@ -60,6 +60,10 @@ ENV_NEEDS = {
     "needs_debian_root": EnvNeed(
         ("ROCKY_SIM_ROOT",), "the simulator's Debian root (rocky-vulkan sim setup; .ci/sim.sh)"
     ),
+    "needs_meta_oe": EnvNeed(
+        ("ROCKY_META_OE_GIT",),
+        "a git dir of meta-openembedded holding vulkan_cts.repo.commit (a clone or mirror)",
+    ),
     "needs_sim_model": EnvNeed(("ROCKY_SIM_MODEL",), "a small GGUF (.ci/sim.sh writes one)"),
     "needs_sim_big_model": EnvNeed(
         ("ROCKY_SIM_BIG_MODEL",), "testmodel's qwen2.5-3b-shape with 36 layers (ROCKY_SIM_FULL=1)"

@@ -322,6 +322,34 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cts(args: argparse.Namespace) -> int:
+    """A subset of dEQP-VK within a budget (cts.py); under the run lock like tune."""
+    from . import cts
+
+    s = _settings(args)
+    patterns = tuple(args.case) if args.case else s.cts_cases
+    budget = args.budget if args.budget is not None else s.cts_budget_s
+    chunk = args.chunk if args.chunk is not None else s.cts_chunk_cases
+    if budget < 1 or chunk < 1:
+        say("rocky-selftest cts: --budget and --chunk must be at least 1")
+        return EXIT_USAGE
+    try:
+        with StopSignals(), RunLock(s.results_dir):
+            section = cts.run_cts(s, patterns, budget, chunk, log=say)
+            cts.record(s.results_dir, section, say)
+    except Busy as busy:
+        say(f"rocky-selftest cts: {busy}")
+        return EXIT_BUSY
+    except Stopped as stop:
+        say(f"rocky-selftest cts: stopped by {stop}; nothing recorded")
+        return EXIT_ERROR
+    except (cts.CtsError, OSError) as err:
+        say(f"rocky-selftest cts: {err}")
+        return EXIT_ERROR
+    say("\n".join(printable(cts.summary_lines(section))))
+    return {"PASS": 0, "FAIL": EXIT_FAIL}.get(section["verdict"], EXIT_ERROR)
+
+
 def cmd_driver(args: argparse.Namespace) -> int:
     """rocky-vkcheck (the panvk patches' conformance check) within a budget; its section goes
     to driver.json and into result.json, whose verdict it leaves alone (driver.py)."""
@@ -392,6 +420,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="re-check the tuned spec (accepted, KLD); on failure fall back to the built-in tiles",
     )
+    cts = sub.add_parser(
+        "cts",
+        help="run a subset of dEQP-VK (Vulkan's conformance tests, kas/vulkan-cts.yml) within "
+        "a time budget (exit 0 PASS, 1 FAIL, 3 ERROR)",
+    )
+    cts.add_argument(
+        "--case",
+        action="append",
+        metavar="PATTERN",
+        help="a dEQP-VK case pattern, e.g. 'dEQP-VK.compute.*' (repeatable; default: the config)",
+    )
+    cts.add_argument("--budget", type=int, help="seconds of runs in all (default: the config)")
+    cts.add_argument("--chunk", type=int, help="cases per deqp-vk process (default: the config)")
     driver = sub.add_parser(
         "driver",
         help="run rocky-vkcheck, the panvk patches' conformance check; its result goes to "
@@ -415,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="runtime dir (tmpfs) where `run` leaves its verdict for `publish` and `status`, "
             f"also when the results disk refuses it {default}",
         )
-    for p in (run, publish, status, tune, driver):
+    for p in (run, publish, status, tune, cts, driver):
         p.add_argument("--sysroot", help="root for sysfs/dev/firmware checks (tests)")
         p.add_argument("--results-dir", dest="results_dir", help="where result.json goes")
         p.add_argument("--motd", dest="motd_path", help="motd file to update ('' = none)")
@@ -423,6 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     publish.set_defaults(func=cmd_publish)
     status.set_defaults(func=cmd_status)
     tune.set_defaults(func=cmd_tune)
+    cts.set_defaults(func=cmd_cts)
     driver.set_defaults(func=cmd_driver)
     return parser
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 
 from . import CONFIG_SCHEMA_VERSION, paths
 from .checks import CHECK_ORDER
+from .cts import DEFAULT_CASES, MAX_PATTERNS, pattern_problem
 from .files import UnreadableFile, read_json
 
 DEFAULT_CONFIG = paths.CONFIG
@@ -82,6 +83,14 @@ class Settings:
     # Token id -> logit bias for those requests; the board leaves it empty. Tests with the random
     # tiny model ban its byte tokens: a lone byte makes b9101's output parser fail the request.
     serving_logit_bias: dict[str, float] = field(default_factory=dict)
+    # `rocky-selftest cts` (dEQP-VK, installed by kas/vulkan-cts.yml): where it is, the case
+    # patterns, seconds of runs in all, cases per deqp-vk process, and how long one case may
+    # write nothing to its log before it counts as a Timeout.
+    cts_dir: str = paths.CTS_DIR
+    cts_cases: tuple[str, ...] = DEFAULT_CASES
+    cts_budget_s: int = 1800
+    cts_chunk_cases: int = 250
+    cts_case_timeout_s: int = 300
 
     def tool(self, name: str) -> str:
         return os.path.join(self.bin_dir, name)
@@ -114,6 +123,9 @@ INT_RANGES = {
     "serve_context_tokens": (512, 131072),
     "serve_parallel": (1, 16),
     "serving_generated_tokens": (2, 32768),
+    "cts_budget_s": (1, 604800),
+    "cts_chunk_cases": (1, 100000),
+    "cts_case_timeout_s": (1, 86400),
 }
 # Numbers, finite: (lowest, highest, whether each bound itself is allowed).
 FLOAT_RANGES = {
@@ -249,6 +261,10 @@ def _list_problem(key: str, value: object) -> str | None:
     if key == "skip_checks":
         ok = isinstance(value, list) and all(c in CHECK_ORDER for c in value)
         return None if ok else f"a list of check names from {', '.join(CHECK_ORDER)}"
+    if key == "cts_cases":
+        ok = isinstance(value, list) and 1 <= len(value) <= MAX_PATTERNS
+        ok = ok and all(pattern_problem(p) is None for p in value)
+        return None if ok else f"1 to {MAX_PATTERNS} dEQP-VK case patterns like dEQP-VK.compute.*"
     if key == "serving_logit_bias":
         ok = isinstance(value, dict) and len(value) <= 100_000
         ok = ok and all(

@@ -67,6 +67,14 @@ class Repo:
 
 
 @dataclass(frozen=True)
+class VulkanCts:
+    """dEQP-VK on the board: the upstream repo whose layer holds the vulkan-cts recipe, added
+    only by the kas fragment kas/vulkan-cts.yml (never by base.yml)."""
+
+    repo: Repo
+
+
+@dataclass(frozen=True)
 class Machine:
     name: str
     description: str
@@ -183,6 +191,7 @@ class Config:
     serve: Serve
     image: Image
     models: tuple[ExtraModel, ...] = ()
+    vulkan_cts: VulkanCts | None = None
 
     @property
     def root(self) -> Path:
@@ -462,6 +471,7 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
     names = [repo["name"] for repo in data["repos"]]
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"repos: {name!r} is listed twice; keep one entry")
+    problems += _vulkan_cts_problems(data, names)
     for name in REQUIRED_REPOS:
         if name not in names:
             problems.append(
@@ -494,6 +504,24 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
                 )
     if problems:
         raise ConfigError(f"{shown(source)}: invalid config:\n  " + "\n  ".join(problems))
+
+
+def _vulkan_cts_problems(data: dict[str, Any], base_names: list[str]) -> list[str]:
+    """vulkan_cts.repo: a layer to add, and a name of its own (kas would merge two entries of
+    one name, so the fragment would change a repo of base.yml)."""
+    repo = data["vulkan_cts"]["repo"]
+    problems = []
+    if repo["name"] in base_names:
+        problems.append(
+            f"vulkan_cts.repo.name: {repo['name']!r} is also a repos[].name; the fragment's "
+            "repo needs a name of its own (e.g. meta-openembedded)"
+        )
+    if not repo["layers"]:
+        problems.append(
+            "vulkan_cts.repo.layers: empty; name the layer that holds the vulkan-cts recipe "
+            "(meta-oe)"
+        )
+    return problems
 
 
 def _model_problems(data: dict[str, Any]) -> list[str]:
@@ -580,10 +608,7 @@ def _build(data: dict[str, Any], source: Path) -> Config:
         project_url=data["project"]["url"],
         release=data["yocto"]["release"],
         distro=data["yocto"]["distro"],
-        repos=tuple(
-            Repo(r["name"], r["url"], r["branch"], r["commit"], tuple(r["layers"]))
-            for r in data["repos"]
-        ),
+        repos=tuple(_repo(r) for r in data["repos"]),
         machines=tuple(
             Machine(name=name, **{**m, "firmware": tuple(m["firmware"])})
             for name, m in sorted(data["machines"].items())
@@ -615,7 +640,12 @@ def _build(data: dict[str, Any], source: Path) -> Config:
             password_hash=data["image"].get("password_hash"),
         ),
         models=tuple(ExtraModel(**m) for m in data.get("models", [])),
+        vulkan_cts=VulkanCts(_repo(data["vulkan_cts"]["repo"])),
     )
+
+
+def _repo(r: dict[str, Any]) -> Repo:
+    return Repo(r["name"], r["url"], r["branch"], r["commit"], tuple(r["layers"]))
 
 
 def load_config(path: str | Path) -> Config:

@@ -12,6 +12,11 @@
 # with kas 5.5 on PATH. OUT gets work/ (kas repos and build dir), one folder per machine, and
 # layer-tree (the git tree of meta-rocky-vulkan/ the dumps belong to). Then:
 #   ROCKY_BITBAKE_ENV_DIR=OUT pytest -m slow tests/layer/test_bitbake_env.py
+#
+# ROCKY_KAS_FRAGMENTS="vulkan-cts ..." adds kas/<name>.yml to every kas file chain (default:
+# none, the layer set of kas/base.yml). A fragment's own repos (kas/vulkan-cts.yml: meta-openembedded)
+# must be in MIRRORS under their kas name too; with vulkan-cts, its recipe's `bitbake -e` is
+# dumped as well. Use another OUT than the plain run's: the dumps differ.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
@@ -31,6 +36,21 @@ fi
 for repo in bitbake openembedded-core meta-yocto meta-arm meta-rockchip; do
     [ -d "$mirrors/$repo" ] || { echo "$mirrors/$repo missing: mirror the pinned repo there" >&2; exit 2; }
 done
+fragments="" extra_premirrors="" recipes="mesa mesa-tools-native llama-cpp rocky-vulkan-image rocky-model rocky-selftest linux-yocto"
+for name in ${ROCKY_KAS_FRAGMENTS:-}; do
+    if ! [[ "$name" =~ ^[a-z0-9][a-z0-9-]{0,62}$ ]] || [ ! -f "kas/$name.yml" ]; then
+        echo "ROCKY_KAS_FRAGMENTS: no kas/$name.yml (names: $(cd kas && ls -- *.yml | tr '\n' ' '))" >&2
+        exit 2
+    fi
+    fragments+=":kas/$name.yml"
+    while read -r repo url; do
+        [ -d "$mirrors/$repo" ] || { echo "$mirrors/$repo missing: kas/$name.yml needs $url mirrored there" >&2; exit 2; }
+        extra_premirrors+=$'\n'"$url file://$mirrors/$repo"
+    done < <(awk '/^repos:/ { r = 1; next } r && /^[^ #]/ { r = 0 }
+                  r && /^  [^ #][^ ]*:$/ { n = $1; sub(/:$/, "", n) }
+                  r && /^    url: / { print n, $2 }' "kas/$name.yml")
+    if [ "$name" = vulkan-cts ]; then recipes+=" vulkan-cts"; fi
+done
 if [ -n "$(git status --porcelain -- meta-rocky-vulkan kas)" ]; then
     echo "meta-rocky-vulkan/ or kas/ has uncommitted changes: the dumps must match a commit" >&2
     exit 2
@@ -40,18 +60,18 @@ export KAS_PREMIRRORS="https://git.openembedded.org/bitbake file://$mirrors/bitb
 https://git.openembedded.org/openembedded-core file://$mirrors/openembedded-core
 https://git.yoctoproject.org/meta-yocto file://$mirrors/meta-yocto
 https://git.yoctoproject.org/meta-arm file://$mirrors/meta-arm
-https://git.yoctoproject.org/meta-rockchip file://$mirrors/meta-rockchip"
+https://git.yoctoproject.org/meta-rockchip file://$mirrors/meta-rockchip$extra_premirrors"
 export KAS_WORK_DIR="$out/work" LANG=en_US.UTF-8 LC_ALL=en_US.UTF-8
 mkdir -p "$KAS_WORK_DIR"
 rm -f "$out/layer-tree" "$out/no-licence.txt"
 
 # Check the repos out once; the kas shells below run side by side and must not race on it.
-kas checkout "kas/${machines[0]}.yml:kas/offline.yml:kas/model-licence.yml"
+kas checkout "kas/${machines[0]}.yml:kas/offline.yml:kas/model-licence.yml$fragments"
 
 # Without the licence fragment the image must be skipped, with the reason. One board suffices;
 # its own kas build dir (another local.conf means another full parse), alongside the boards.
 KAS_BUILD_DIR="$KAS_WORK_DIR/no-licence" kas shell --skip repos_checkout \
-    "kas/${machines[0]}.yml:kas/offline.yml" \
+    "kas/${machines[0]}.yml:kas/offline.yml$fragments" \
     -c "bitbake -n rocky-vulkan-image" > "$out/no-licence.txt" 2>&1 &
 no_licence=$!
 
@@ -59,11 +79,11 @@ for machine in "${machines[@]}"; do
     dir="$out/$machine"
     rm -rf "$dir" && mkdir -p "$dir"
     # One bitbake server (-T keeps it while idle) parses once and answers every command.
-    kas shell --skip repos_checkout "kas/$machine.yml:kas/offline.yml:kas/model-licence.yml" -c "
+    kas shell --skip repos_checkout "kas/$machine.yml:kas/offline.yml:kas/model-licence.yml$fragments" -c "
         set -e
         bitbake -T 600 -n rocky-vulkan-image > '$dir/dry-run.txt' 2>&1
         bitbake -T 600 -e > '$dir/global.env'
-        for recipe in mesa mesa-tools-native llama-cpp rocky-vulkan-image rocky-model rocky-selftest linux-yocto; do
+        for recipe in $recipes; do
             bitbake -T 600 -e \$recipe > '$dir/'\$recipe.env
         done
         bitbake -m

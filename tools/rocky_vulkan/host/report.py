@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from rocky_selftest.cts import FAILING as FAILING_STATUSES
 from rocky_selftest.sequence import CHECK_ORDER
 
 from rocky_vulkan.config import Reference, load_config
@@ -498,6 +499,8 @@ def show(doc: dict[str, Any], cfg, plot_out: Path | None, console=None) -> int:
     if doc["tune"]:
         tune_png = sibling(plot_out, "-tune") if plot_out else None
         _print_tune(console, doc["tune"], ref, tune_png)
+    if doc.get("cts"):
+        _print_cts(console, doc["cts"])
     if doc.get("driver"):  # shown; the run's verdict below does not depend on it
         from rocky_vulkan.host.driver_report import print_driver
 
@@ -559,6 +562,28 @@ def _print_tune(console, tune: dict[str, Any], ref: Reference, out: Path | None)
     console.print(table)
     if out is not None:
         console.print(Text(f"tuning plot: {shown(plot_tune(tune, ref, out))}"), soft_wrap=True)
+
+
+def _print_cts(console, cts: dict[str, Any]) -> None:
+    """dEQP-VK on the board (rocky-selftest cts): counts and failed cases, for information (the
+    verdict below is the self-test's)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from rocky_vulkan.host.cts_doc import cts_rows
+
+    took = f"{cts['duration_s']:.0f} s" if cts["duration_s"] is not None else "? s"
+    budget = f"{cts['budget_s']:.0f} s" if cts["budget_s"] is not None else "?"
+    verdict = cts["verdict"] or "BAD"
+    title = f"dEQP-VK subset: {verdict} ({took} of {budget}"
+    title += ", budget reached)" if cts["budget_exhausted"] else ")"
+    table = Table(title=Text(title, no_wrap=True, overflow="ellipsis"))
+    table.add_column("what")
+    table.add_column("board")
+    for what, value in cts_rows(cts):
+        style = "red" if what in FAILING_STATUSES else "white"
+        table.add_row(Text(what, style=style), Text(clean_text(value)))
+    console.print(table)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -20,6 +20,7 @@ from rocky_selftest.results import FINAL_VERDICTS, IN_PROGRESS
 from rocky_selftest.sequence import CHECK_ORDER
 
 from rocky_vulkan.errors import UserError
+from rocky_vulkan.host.cts_doc import cts_section
 from rocky_vulkan.regularfile import NotReadable, read_regular, shown
 
 MODES = ("tuned", "stock", "cpu")
@@ -496,6 +497,7 @@ def check_result(doc: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[
         "tune": _tune(doc.get("tune"), c),
         "placement": _placement(doc.get("placement"), c),
         "serving": _serving(doc.get("serving"), c),
+        "cts": cts_section(doc.get("cts"), c),
         "driver": _driver(doc.get("driver"), c),
     }
     return clean, c.problems

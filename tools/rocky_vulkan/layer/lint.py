@@ -17,7 +17,7 @@ import jsonschema
 import yaml
 
 from rocky_vulkan.config import PATCH_DIR_NAME, Config, load_config
-from rocky_vulkan.layer.manifest import KAS_DIR, LAYER_DIR
+from rocky_vulkan.layer.manifest import CTS_FRAGMENT, KAS_DIR, LAYER_DIR
 from rocky_vulkan.layer.render import diff_against_disk
 
 EXIT_FINDINGS = 1
@@ -146,6 +146,8 @@ def check_kas(cfg: Config) -> CheckResult:
             result.findings.append(f"{rel}: {where}: {err.message}")
         for name, repo in (data.get("repos") or {}).items():
             if repo and repo.get("url") and path.name != "base.yml":
+                if _fragment_repo(cfg, path.name, name, repo):
+                    continue
                 result.findings.append(f"{rel}: repo {name} belongs in kas/base.yml")
     lock = cfg.root / KAS_DIR / "base.lock.yml"
     if lock.exists():
@@ -157,6 +159,20 @@ def check_kas(cfg: Config) -> CheckResult:
     else:
         result.findings.append(f"{KAS_DIR}/base.lock.yml is missing: run `rocky-vulkan render`")
     return result
+
+
+def _fragment_repo(cfg: Config, file_name: str, name: str, repo: dict) -> bool:
+    """Whether `name` is the repo the vulkan-cts fragment may add (it only), pinned there by
+    the config's full commit."""
+    cts = cfg.vulkan_cts.repo if cfg.vulkan_cts else None
+    fragment = CTS_FRAGMENT.rsplit("/", 1)[1]
+    return (
+        cts is not None
+        and file_name == fragment
+        and name == cts.name
+        and repo.get("commit") == cts.commit
+        and re.fullmatch(r"[0-9a-f]{40}", str(repo.get("commit") or "")) is not None
+    )
 
 
 def patch_problems(text: str) -> list[str]:

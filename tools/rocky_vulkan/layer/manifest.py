@@ -36,7 +36,7 @@ from pathlib import Path
 
 import jinja2
 import rocky_selftest
-from rocky_selftest import paths
+from rocky_selftest import cts, paths
 
 from rocky_vulkan import __version__
 from rocky_vulkan.config import PATCH_DIR_NAME, REFERENCE_MODEL, Config, ExtraModel
@@ -74,6 +74,8 @@ SELFTEST_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/rocky-selftest"
 SELFTEST_FILES = f"{SELFTEST_RECIPE_DIR}/files"
 LLM_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/rocky-llm"
 LLM_FILES = f"{LLM_RECIPE_DIR}/files"
+# dEQP-VK in the image: this kas fragment adds meta-oe and the vulkan-cts recipe's package.
+CTS_FRAGMENT = f"{KAS_DIR}/vulkan-cts.yml"
 MODEL_RECIPE = "rocky-model"
 MODEL_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/{MODEL_RECIPE}"
 # The LICENSE_FLAGS of the model recipe: building the image needs it in LICENSE_FLAGS_ACCEPTED.
@@ -390,9 +392,21 @@ def _vkcheck_context() -> dict:
     }
 
 
-def _recipe_contexts(cfg: Config, env: jinja2.Environment) -> dict[str, dict]:
-    """Extra context for the templates under a folder of templates/ (its path, with '/')."""
+def _cts_context(cfg: Config) -> dict:
+    """kas/vulkan-cts.yml: the repo holding meta-oe, and what of its recipe the board uses."""
     return {
+        "cts": cfg.vulkan_cts.repo if cfg.vulkan_cts else None,
+        "cts_recipe": cts.CTS_RECIPE,
+        "cts_package": cts.CTS_PACKAGE,
+        "cts_dir": cts.CTS_DIR,
+    }
+
+
+def _recipe_contexts(cfg: Config, env: jinja2.Environment) -> dict[str, dict]:
+    """Extra context for the templates under a folder of templates/ (its path, with '/'), or of
+    one template (its path without .j2)."""
+    return {
+        CTS_FRAGMENT: _cts_context(cfg),
         f"{LLAMA_DIR}/": {"llama_git_host_path": _git_host_path(cfg.llama_cpp.url)},
         f"{IMAGE_DIR}/": _image_context(cfg),
         f"{SELFTEST_RECIPE_DIR}/": _selftest_context(cfg),

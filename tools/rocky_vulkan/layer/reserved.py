@@ -108,4 +108,7 @@ def problems(data: dict[str, Any]) -> list[str]:
         reason = repo_reason(repo["name"])
         if reason:
             found.append(f"repos[{i}].name: {reason}")
+    reason = repo_reason(data["vulkan_cts"]["repo"]["name"])
+    if reason:
+        found.append(f"vulkan_cts.repo.name: {reason}")
     return found

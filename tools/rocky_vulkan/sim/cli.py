@@ -207,6 +207,15 @@ def _register_prove(sub: argparse._SubParsersAction) -> None:
         default=",".join(map(str, prove.UBS)),
         help="comma-separated micro-batch sizes (default: %(default)s)",
     )
+    p.add_argument(
+        "--previous-mesa-patch",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also build panvk with these patches (repeatable, in order), e.g. an earlier "
+        "revision of the fix, and compare its waits per graph with the series",
+    )
     p.set_defaults(func=_prove)
 
 
@@ -229,6 +238,7 @@ def _prove(args: argparse.Namespace) -> int:
         ubs=ubs,
         mesa_patches=tuple(cfg.patch_paths(cfg.mesa.patches)),
         llama_patches=tuple(cfg.patch_paths(cfg.llama_cpp.patches)),
+        previous_mesa_patches=tuple(p.resolve() for p in args.previous_mesa_patch),
     )
     prove.check_args(pargs)
     claims = prove.Prove(pargs).run()

@@ -11,6 +11,10 @@ Stages (each timed; a warm rerun reuses what is cached and re-measures everythin
                   (written F16, converted with the built llama-quantize)
   sweep-*         llama-bench -p 512 -n 0 -ngl 99 per ub, stock tiles, stock and patched panvk
   stats-*         GGML_VK_PIPELINE_STATS=matmul on the Q4_K_M model, stock and Mali tiles
+  waits-*         WAIT instructions panvk records per prefill (ub 512) and decode graph of the
+                  sweep model, built-in tiles (sim/waits.py)
+  mesa-previous   only with --previous-mesa-patch: a third driver with those patches (e.g. an
+                  earlier revision of the fix), counted like the others
 
 Everything runs natively on amd64 (drm-shim, no qemu). The result is prove.json, prove.md and one
 table of the claims with pass/fail.
@@ -30,12 +34,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rocky_vulkan.errors import UserError
+from rocky_vulkan.sim import waits
 from rocky_vulkan.sim.stats import parse_stats
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "mesa-panvk-build.sh"
-# Measurement aids for the simulator only, never shipped: a private-VA counter and a 32 GiB shim.
+# Measurement aids for the simulator only, never shipped: a private-VA counter, a WAIT counter
+# and a 32 GiB shim.
 INSTRUMENTATION = HERE / "patches/mesa-panvk-privva-instrumentation.patch"
+WAIT_COUNT = HERE / "patches/mesa-panvk-csf-wait-count.patch"
 SHIM_32G = HERE / "patches/mesa-drm-shim-32g.patch"
 # The Mesa tree the patch was verified on: 26.2.0-rc1 as imported in GitHub leegao/mesa-26.2.
 DEFAULT_MESA_COMMIT = "3c34d70f234f43053eeda159dd16958190280310"
@@ -65,6 +72,8 @@ class ProveArgs:
     # The product's patches, from rocky-vulkan.yaml (mesa.patches, llama_cpp.patches, in order).
     mesa_patches: tuple[Path, ...] = ()
     llama_patches: tuple[Path, ...] = ()
+    # A third driver to compare with (e.g. the fix's previous revision); none when empty.
+    previous_mesa_patches: tuple[Path, ...] = ()
 
 
 def check_args(args: ProveArgs) -> None:
@@ -93,6 +102,13 @@ def check_args(args: ProveArgs) -> None:
         raise UserError(f"--jobs {args.jobs}: want at least 1")
     if not args.ubs or any(u <= 0 for u in args.ubs):
         raise UserError(f"--ubs {args.ubs}: want positive micro-batch sizes")
+    for patch in args.previous_mesa_patches:
+        if not patch.is_file():
+            raise UserError(
+                f"--previous-mesa-patch {patch}: no such file; give a patch made with "
+                "`git format-patch` against the Mesa tree, e.g. an earlier revision from git "
+                "history (`git show REV:patches/NAME.patch > FILE`)"
+            )
 
 
 def _check_commit(git_dir: Path | None, commit: str, option: str, why: str) -> None:
@@ -297,6 +313,35 @@ def check_claims(
     return claims
 
 
+def check_wait_claims(per_driver: dict[str, dict[str, waits.Counts | None]]) -> list[Claim]:
+    """Every driver's counters were read; with a previous revision, the series records no more
+    waits on all compute iterators per graph than it (issue 24, D2)."""
+    missing = [f"{d} {g}" for d, graphs in per_driver.items() for g, c in graphs.items() if not c]
+    claims = [
+        Claim(
+            "WAIT counters read for every driver and graph",
+            "a `panvk-csf:` line in every run, one more graph giving no fewer instructions",
+            "missing: " + ", ".join(missing) if missing else "all read",
+            bool(per_driver) and not missing,
+        )
+    ]
+    if "previous" in per_driver and "patched" in per_driver:
+        for graph in per_driver["patched"]:
+            now, before = per_driver["patched"][graph], per_driver["previous"].get(graph)
+            claims.append(
+                Claim(
+                    f"waits on all compute iterators per {graph} graph, previous -> series",
+                    "the series records no more than the previous revision",
+                    f"{before.waits_all_iters if before else '?'} -> "
+                    f"{now.waits_all_iters if now else '?'}",
+                    now is not None
+                    and before is not None
+                    and now.waits_all_iters <= before.waits_all_iters,
+                )
+            )
+    return claims
+
+
 def ub_table(stock: list[UbRun], patched: list[UbRun]) -> str:
     def cell(r: UbRun) -> str:
         text = f"{r.exit_code}, {_fmt(r.peak_mib)} MiB"
@@ -444,6 +489,19 @@ class Prove:
         (self.args.out / f"stats-{driver}-{tiles}.json").write_text(json.dumps(rows, indent=2))
         return {driver: spills(rows)}
 
+    def waits(self, driver: str) -> dict[str, waits.Counts | None]:
+        """Counters per graph (sim/waits.py): two llama-bench runs per graph, built-in tiles."""
+        counts: dict[str, waits.Counts | None] = {}
+        for graph, _one, _override in waits.GRAPHS:
+            runs = []
+            for twice in (False, True):
+                log = f"waits-{driver}-{graph}-{'2' if twice else '1'}.log"
+                argv = ["run", "--driver", driver, "--", BENCH, "-m", SWEEP_MODEL]
+                self.script(*argv, *waits.bench_args(graph, twice), log=log)
+                runs.append(waits.parse_counts((self.args.out / log).read_text(errors="replace")))
+            counts[graph] = waits.per_graph(*runs)
+        return counts
+
     def run(self) -> list[Claim]:
         start = time.monotonic()
         a = self.args
@@ -452,16 +510,12 @@ class Prove:
         r.stage("root", lambda: self.script("root", log="root.log"))
         # Two lanes side by side, one core each: Mesa, and llama.cpp + models.
         half = max(1, a.jobs // 2)
+        aids = [INSTRUMENTATION, WAIT_COUNT, SHIM_32G]
+        drivers = {"stock": [], "patched": list(a.mesa_patches)}
+        if a.previous_mesa_patches:
+            drivers["previous"] = list(a.previous_mesa_patches)
         r.lanes(
-            [
-                ("mesa-stock", self.mesa("stock", [INSTRUMENTATION, SHIM_32G], half)),
-                (
-                    "mesa-patched",
-                    self.mesa(
-                        "patched", [*self.args.mesa_patches, INSTRUMENTATION, SHIM_32G], half
-                    ),
-                ),
-            ],
+            [(f"mesa-{d}", self.mesa(d, [*p, *aids], half)) for d, p in drivers.items()],
             [
                 ("llama-src", self.llama_src),
                 ("llama-build", lambda: self.llama_build(half)),
@@ -480,15 +534,30 @@ class Prove:
                     return f"{STATS_PIPELINE} spills {into[d]}"
 
                 r.stage(f"stats-{driver}-{tiles}-tiles", one)
+        per_driver: dict[str, dict[str, waits.Counts | None]] = {}
+        for driver in drivers:
+
+            def count(d: str = driver) -> str:
+                per_driver[d] = self.waits(d)
+                return ", ".join(
+                    f"{g}: {c.waits_all_iters if c else '?'}" for g, c in per_driver[d].items()
+                )
+
+            r.stage(f"waits-{driver}", count)
         stock = read_sweep(self.host("/work/prove/sweep-stock"), a.ubs)
         patched = read_sweep(self.host("/work/prove/sweep-patched"), a.ubs)
         claims = check_claims(stock, patched, spills_stock, spills_mali)
+        claims += check_wait_claims(per_driver)
         report = {
             "stages": [asdict(s) for s in r.stages],
             "stock": [asdict(x) for x in stock],
             "patched": [asdict(x) for x in patched],
             "spills_stock_tiles": spills_stock,
             "spills_mali_tiles": spills_mali,
+            "waits_per_graph": {
+                d: {g: asdict(c) if c else None for g, c in graphs.items()}
+                for d, graphs in per_driver.items()
+            },
             "claims": [asdict(c) for c in claims],
         }
         (a.out / "prove.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -499,6 +568,8 @@ class Prove:
                 stages_table(r.stages, wall),
                 "Sweep (stock tiles, -p 512 -n 0 -ngl 99)\n",
                 ub_table(stock, patched),
+                "WAIT instructions per graph (sweep model, built-in tiles)\n",
+                waits.waits_table(per_driver),
                 "Claims\n",
                 claims_table(claims),
             ]

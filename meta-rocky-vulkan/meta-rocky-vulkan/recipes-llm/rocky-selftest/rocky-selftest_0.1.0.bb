@@ -26,6 +26,7 @@ SRC_URI = "\
     file://rocky_selftest/bench.py \
     file://rocky_selftest/checks.py \
     file://rocky_selftest/cli.py \
+    file://rocky_selftest/cts.py \
     file://rocky_selftest/driver.py \
     file://rocky_selftest/files.py \
     file://rocky_selftest/gguf.py \

@@ -17,6 +17,7 @@ TUNE_STAMP = f"{RESULTS_DIR}/tune-done.stamp"
 TILES_ENV_NAME = "tuned-tiles.env"  # the tuner's choice, read by rocky-tiles-env and login shells
 TILES_ENV = f"{RESULTS_DIR}/{TILES_ENV_NAME}"
 TILE_CANDIDATES = f"{LIBDIR}/tile_candidates.json"
+CTS_DIR = "/usr/lib/vulkan-cts"  # meta-oe's vulkan-cts: deqp-vk, its data, mustpass/ (cts.py)
 USER = "rocky-selftest"  # the unprivileged system user the checks run as
 
 # The server (rocky-llm.service): its settings and why, and the per-board secrets.
