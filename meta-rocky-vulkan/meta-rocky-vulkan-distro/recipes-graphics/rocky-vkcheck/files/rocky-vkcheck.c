@@ -432,6 +432,18 @@ static int end(ctx *c, VkCommandBuffer cb)
    return 0;
 }
 
+/* A fence makes device writes available to the device only: a primary ends with a barrier that
+ * makes its shaders' writes visible to the host, which reads them after the fence wait. */
+static int end_primary(ctx *c, VkCommandBuffer cb)
+{
+   VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                         .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                         .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+   vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0,
+                        1, &mb, 0, NULL, 0, NULL);
+   return end(c, cb);
+}
+
 /* Record the dispatch that writes case k (no barrier before or after it). */
 static int rec(ctx *c, VkCommandBuffer cb, const struct kase *k)
 {
@@ -534,7 +546,7 @@ static int check_tls(ctx *c, struct check *chk)
       unsigned q = i % nq;
       if (alloc_cbs(c, pool[q], VK_COMMAND_BUFFER_LEVEL_PRIMARY, 1, &cb[i]) ||
           begin(c, cb[i], 0, false) || record_cases(c, cb[i], &p, 2 * i, 2 * i + 2) ||
-          end(c, cb[i]) || submit(c, q, 1, &cb[i], fence[i]))
+          end_primary(c, cb[i]) || submit(c, q, 1, &cb[i], fence[i]))
          return -1;
    }
    if (wait_all(c, n, fence))
@@ -597,7 +609,7 @@ static int check_wls(ctx *c, struct check *chk)
           record_cases(c, cb[q], &p, first[q], barrier_at[q]))
          return -1;
       compute_barrier(cb[q]);
-      if (record_cases(c, cb[q], &p, barrier_at[q], first[q + 1]) || end(c, cb[q]))
+      if (record_cases(c, cb[q], &p, barrier_at[q], first[q + 1]) || end_primary(c, cb[q]))
          return -1;
    }
    for (unsigned q = 0; q < nq; q++)
@@ -657,13 +669,13 @@ static int check_secondaries(ctx *c, struct check *chk)
    if (rec(c, p1, &p.k[at[6] + 1]) || rec(c, p1, &p.k[at[6] + 2]))
       return -1;
    vkCmdExecuteCommands(p1, 2, sec + 2);
-   if (rec(c, p1, &p.k[at[6] + 3]) || end(c, p1))
+   if (rec(c, p1, &p.k[at[6] + 3]) || end_primary(c, p1))
       return -1;
    /* p2: only secondaries */
    if (begin(c, p2, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, false))
       return -1;
    vkCmdExecuteCommands(p2, 2, sec + 4);
-   if (end(c, p2) || submit(c, 0, 1, &p1, fence[0]) || submit(c, ql, 1, &p2, fence[1]) ||
+   if (end_primary(c, p2) || submit(c, 0, 1, &p1, fence[0]) || submit(c, ql, 1, &p2, fence[1]) ||
        wait_all(c, 2, fence))
       return -1;
    plan_verify(c, chk, &p, "");
@@ -700,7 +712,7 @@ static int check_reset(ctx *c, struct check *chk)
    plan_add(c, &p, SPILL, 64, 0, "stack 64 words, first recording");
    plan_add(c, &p, WLS, wsz(c, 1024), 0, "shared %u words, first recording", wsz(c, 1024));
    if (begin(c, a, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, false) ||
-       record_cases(c, a, &p, 0, p.n) || end(c, a) ||
+       record_cases(c, a, &p, 0, p.n) || end_primary(c, a) ||
        reset_round(c, chk, 0, a, &p, fence[0], ""))
       return -1;
 
@@ -709,7 +721,7 @@ static int check_reset(ctx *c, struct check *chk)
    plan_add(c, &p, SPILL, MAX_SPILL, 0, "stack %u words after vkResetCommandBuffer", MAX_SPILL);
    plan_add(c, &p, WLS, wsz(c, 8192), 0, "shared %u words after vkResetCommandBuffer",
             wsz(c, 8192));
-   if (begin(c, a, 0, false) || record_cases(c, a, &p, 0, p.n) || end(c, a) ||
+   if (begin(c, a, 0, false) || record_cases(c, a, &p, 0, p.n) || end_primary(c, a) ||
        reset_round(c, chk, 0, a, &p, fence[0], ""))
       return -1;
 
@@ -723,7 +735,7 @@ static int check_reset(ctx *c, struct check *chk)
        begin(c, a, 0, false))
       return -1;
    vkCmdExecuteCommands(a, 1, &s);
-   if (rec(c, a, &p.k[2]) || end(c, a) || reset_round(c, chk, 0, a, &p, fence[0], ""))
+   if (rec(c, a, &p.k[2]) || end_primary(c, a) || reset_round(c, chk, 0, a, &p, fence[0], ""))
       return -1;
 
    VK(c, vkResetCommandBuffer, (s, 0));
@@ -736,7 +748,7 @@ static int check_reset(ctx *c, struct check *chk)
        begin(c, a, 0, false) || rec(c, a, &p.k[0]))
       return -1;
    vkCmdExecuteCommands(a, 1, &s);
-   if (end(c, a) || reset_round(c, chk, 0, a, &p, fence[0], ""))
+   if (end_primary(c, a) || reset_round(c, chk, 0, a, &p, fence[0], ""))
       return -1;
 
    /* a pool without the reset flag: two command buffers, vkResetCommandPool, re-recorded */
@@ -759,7 +771,7 @@ static int check_reset(ctx *c, struct check *chk)
       plan_prepare(c, &p);
       for (unsigned i = 0; i < 2; i++)
          if (begin(c, b[i], 0, false) || record_cases(c, b[i], &p, 2 * i, 2 * i + 2) ||
-             end(c, b[i]) || submit(c, ql, 1, &b[i], fence[i]))
+             end_primary(c, b[i]) || submit(c, ql, 1, &b[i], fence[i]))
             return -1;
       if (wait_all(c, 2, fence))
          return -1;
@@ -795,7 +807,7 @@ static int check_simultaneous(ctx *c, struct check *chk)
    VkCommandBuffer twice[2] = {t, t};
    vkCmdExecuteCommands(s, 2, twice);
    VkCommandBuffer ss[2] = {s, s};
-   if (end(c, s) || submit(c, 0, 1, &s, fence[0]) || submit(c, 0, 2, ss, fence[1]) ||
+   if (end_primary(c, s) || submit(c, 0, 1, &s, fence[0]) || submit(c, 0, 2, ss, fence[1]) ||
        wait_all(c, 2, fence))
       return -1;
    plan_verify(c, chk, &p, "");
@@ -810,7 +822,7 @@ static int check_simultaneous(ctx *c, struct check *chk)
    plan_add(c, &p, SPILL, 256, 4, "stack 256 words, 4 executions on 2 queues");
    plan_prepare(c, &p);
    if (alloc_cbs(c, pool, VK_COMMAND_BUFFER_LEVEL_PRIMARY, 1, &u) || begin(c, u, sim, false) ||
-       record_cases(c, u, &p, 0, 2) || end(c, u))
+       record_cases(c, u, &p, 0, 2) || end_primary(c, u))
       return -1;
    for (unsigned i = 0; i < 4; i++)
       if (submit(c, i % 2, 1, &u, fence[i]))
