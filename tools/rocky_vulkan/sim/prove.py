@@ -13,6 +13,9 @@ Stages (each timed; a warm rerun reuses what is cached and re-measures everythin
   stats-*         GGML_VK_PIPELINE_STATS=matmul on the Q4_K_M model, stock and Mali tiles
   waits-*         WAIT instructions panvk records per prefill (ub 512) and decode graph of the
                   sweep model, built-in tiles (sim/waits.py)
+  vkcheck-*       rocky-vkcheck (the image's driver check, tools/rocky_vkcheck) built in the root
+                  and run on each driver: recording only, as nothing executes (results are
+                  mismatches); what it shows is whether recording and submission succeed
   mesa-previous   only with --previous-mesa-patch: a third driver with those patches (e.g. an
                   earlier revision of the fix), counted like the others
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -48,6 +52,8 @@ SHIM_32G = HERE / "patches/mesa-drm-shim-32g.patch"
 DEFAULT_MESA_COMMIT = "3c34d70f234f43053eeda159dd16958190280310"
 GGML_COMMIT = "f76511eb"
 UBS = (64, 128, 256, 512, 1024)
+VKCHECK_SOURCES = HERE.parents[1] / "rocky_vkcheck"
+VKCHECK_DIR = "/work/rocky-vkcheck"  # inside the root
 STATS_UB = 512
 STATS_PIPELINE = "matmul_q4_k_q8_1_l"
 # Inside the root.
@@ -502,6 +508,45 @@ class Prove:
             counts[graph] = waits.per_graph(*runs)
         return counts
 
+    def vkcheck_build(self) -> str:
+        dest = self.host(VKCHECK_DIR)
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(
+            VKCHECK_SOURCES, dest, ignore=shutil.ignore_patterns("rocky-vkcheck", "*.inc")
+        )
+        self.script(
+            "exec", "--", "make", "-C", VKCHECK_DIR, "CC=cc", "GLSLC=glslc", log="vkcheck-build.log"
+        )
+        return "built"
+
+    def vkcheck(self, driver: str) -> dict[str, object]:
+        """One run on `driver`: its exit code and the parsed document (or why it is not one)."""
+        from rocky_selftest.driver import BadDocument, parse_document
+
+        log = f"vkcheck-{driver}"
+        stdout = f"/work/prove/{log}.stdout"
+        self.host(stdout).parent.mkdir(parents=True, exist_ok=True)
+        run = f"exec {VKCHECK_DIR}/rocky-vkcheck --timeout-s 60 > {stdout}"
+        try:
+            self.script("run", "--driver", driver, "--", "sh", "-c", run, log=f"{log}.stderr")
+            code = 0
+        except UserError as err:
+            found = re.search(r"exit (\d+)", str(err))
+            code = int(found.group(1)) if found else -1
+        text = self.host(stdout).read_text(errors="replace")
+        shutil.copyfile(self.host(stdout), self.args.out / f"{log}.stdout")
+        try:
+            doc: dict[str, object] = {"exit": code, "document": parse_document(text, code)}
+        except BadDocument as err:
+            doc = {"exit": code, "unreadable": str(err)[:300]}
+        err_text = (self.args.out / f"{log}.stderr").read_text(errors="replace")
+        peaks = [float(m) for m in _PEAK.findall(err_text)]
+        doc["peak_privva_mib"] = max(peaks) if peaks else None
+        counts = waits.parse_counts(err_text)
+        doc["csf_counts"] = asdict(counts) if counts else None
+        (self.args.out / f"{log}.json").write_text(json.dumps(doc, indent=2) + "\n")
+        return doc
+
     def run(self) -> list[Claim]:
         start = time.monotonic()
         a = self.args
@@ -544,6 +589,15 @@ class Prove:
                 )
 
             r.stage(f"waits-{driver}", count)
+        r.stage("vkcheck-build", self.vkcheck_build)
+        vkcheck: dict[str, dict[str, object]] = {}
+        for driver in drivers:
+
+            def check(d: str = driver) -> str:
+                vkcheck[d] = self.vkcheck(d)
+                return f"exit {vkcheck[d]['exit']}"
+
+            r.stage(f"vkcheck-{driver}", check)
         stock = read_sweep(self.host("/work/prove/sweep-stock"), a.ubs)
         patched = read_sweep(self.host("/work/prove/sweep-patched"), a.ubs)
         claims = check_claims(stock, patched, spills_stock, spills_mali)
@@ -554,6 +608,7 @@ class Prove:
             "patched": [asdict(x) for x in patched],
             "spills_stock_tiles": spills_stock,
             "spills_mali_tiles": spills_mali,
+            "vkcheck": vkcheck,
             "waits_per_graph": {
                 d: {g: asdict(c) if c else None for g, c in graphs.items()}
                 for d, graphs in per_driver.items()
