@@ -13,6 +13,8 @@ LINE = "panvk-csf: run_compute {}, waits {}, waits on all iterators {} (mask 0x3
 def test_parse_counts_takes_the_last_line():
     text = "noise\n" + LINE.format(1, 2, 3) + "more\n" + LINE.format(10, 20, 7)
     assert waits.parse_counts(text) == waits.Counts(10, 20, 7)
+    # As seen: llama-bench's JSON ends without a newline, the driver's line follows on stderr.
+    assert waits.parse_counts("  }" + LINE.format(5, 6, 7)) == waits.Counts(5, 6, 7)
 
 
 @pytest.mark.parametrize(
@@ -22,7 +24,7 @@ def test_parse_counts_takes_the_last_line():
         "panvk-csf: run_compute 1, waits 2\n",
         LINE.format(-1, 2, 3),
         LINE.format("1" * 16, 2, 3),
-        "x" + LINE.format(1, 2, 3),
+        LINE.format(1, 2, 3).replace("waits 2", "waits 2 extra"),
     ],
 )
 def test_parse_counts_refuses_other_lines(text: str):

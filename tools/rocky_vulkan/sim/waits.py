@@ -22,8 +22,10 @@ GRAPHS = (
     ("decode", ("-p", "0", "-n", "1", "-r", "1"), ("-n", "2")),
 )
 
+# Not anchored at the line's start: the driver writes it to stderr at unload, which can land
+# right after llama-bench's last stdout bytes when both go to one log.
 _LINE = re.compile(
-    r"^panvk-csf: run_compute ([0-9]{1,15}), waits ([0-9]{1,15}), "
+    r"panvk-csf: run_compute ([0-9]{1,15}), waits ([0-9]{1,15}), "
     r"waits on all iterators ([0-9]{1,15}) \(mask 0x([0-9a-f]{1,8})\)$",
     re.MULTILINE,
 )
