@@ -696,7 +696,7 @@ def record(results_dir: str, section: dict[str, Any], log: Log) -> list[str]:
     (atomically, re-read under the run lock: the last run's verdict and checks stay as they
     are). Returns the paths written."""
     from .files import os_error_text
-    from .results import encode, read_result, write_atomic, write_result
+    from .results import add_section, encode, result_path, write_atomic
 
     written = []
     path = os.path.join(results_dir, SECTION_FILE)
@@ -705,17 +705,6 @@ def record(results_dir: str, section: dict[str, Any], log: Log) -> list[str]:
         written.append(path)
     except OSError as err:
         log(f"rocky-selftest cts: cannot write {path}: {os_error_text(err)}")
-    try:
-        doc = read_result(results_dir)
-    except ValueError as err:
-        log(f"rocky-selftest cts: not recorded in result.json: {err}")
-        return written
-    if doc is None:
-        log("rocky-selftest cts: no result.json yet (the self-test has not run): see " + path)
-        return written
-    doc["cts"] = section
-    try:
-        written.append(write_result(results_dir, doc))
-    except OSError as err:
-        log(f"rocky-selftest cts: cannot update result.json: {os_error_text(err)}")
+    if add_section(results_dir, "cts", section, log, "see " + path):
+        written.append(result_path(results_dir))
     return written

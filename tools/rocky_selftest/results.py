@@ -13,6 +13,7 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from . import RESULT_SCHEMA, RESULT_SCHEMA_VERSION
@@ -112,6 +113,31 @@ def write_result(results_dir: str, doc: dict[str, Any]) -> str:
     path = result_path(results_dir)
     write_atomic(path, encode(doc))
     return path
+
+
+def add_section(
+    results_dir: str, key: str, section: dict[str, Any], log: Callable[[str], None], where: str
+) -> bool | None:
+    """Put an on-demand mode's section (tune, driver, cts) into result.json, atomically, leaving
+    the run's verdict and checks as they are. True when added; None when there is no result yet
+    (`where` says where the section is instead); False when result.json is unusable or cannot be
+    written. Each but True logs why."""
+    who = f"rocky-selftest {key}"
+    try:
+        doc = read_result(results_dir)
+    except ValueError as err:
+        log(f"{who}: result.json not updated: {err}")
+        return False
+    if doc is None:
+        log(f"{who}: no result.json yet (run `rocky-selftest run` first); {where}")
+        return None
+    doc[key] = section
+    try:
+        write_result(results_dir, doc)
+    except OSError as err:
+        log(f"{who}: cannot update result.json: {os_error_text(err)}")
+        return False
+    return True
 
 
 def discard_result(results_dir: str) -> str | None:

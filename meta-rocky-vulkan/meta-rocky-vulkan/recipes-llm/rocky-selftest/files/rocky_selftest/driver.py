@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .files import os_error_text
-from .results import read_result, write_atomic, write_result
+from .results import add_section, write_atomic
 from .runner import RunResult, clip, run_tool
 
 TOOL = "rocky-vkcheck"
@@ -388,19 +388,5 @@ def record(results_dir: str, section: dict[str, Any], log: Log) -> bool:
     except OSError as err:
         log(f"rocky-selftest driver: cannot write {path}: {os_error_text(err)}")
         ok = False
-    try:
-        doc = read_result(results_dir)
-    except ValueError as err:
-        log(f"rocky-selftest driver: result.json not updated: {err}")
-        return False
-    if doc is None:
-        log("rocky-selftest driver: no result.json yet (run `rocky-selftest run`); the section "
-            f"is in {path} only")  # fmt: skip
-        return ok
-    doc["driver"] = section
-    try:
-        write_result(results_dir, doc)
-    except OSError as err:
-        log(f"rocky-selftest driver: cannot update result.json: {os_error_text(err)}")
-        return False
-    return ok
+    added = add_section(results_dir, "driver", section, log, f"the section is in {path} only")
+    return ok and added is not False

@@ -25,7 +25,7 @@ from typing import Any
 from . import kld
 from .bench import Deadline, bench_command, device_problem, median, parse_bench_json
 from .outcome import now
-from .results import os_error_text, read_result, write_result
+from .results import add_section
 from .runner import run_tool
 from .settings import Settings
 from .terminal import say
@@ -250,21 +250,7 @@ class Tuner:
 
 def record_in_result(results_dir: str, section: dict[str, Any], log: Log = say) -> bool:
     """Put the tune section into result.json (atomically); False when there is no result yet."""
-    try:
-        doc = read_result(results_dir)
-    except ValueError as err:
-        log(f"rocky-selftest tune: not recorded in result.json: {err}")
-        return False
-    if doc is None:
-        log("rocky-selftest tune: no result.json yet (run the self-test first); see tune-progress")
-        return False
-    doc["tune"] = section
-    try:
-        write_result(results_dir, doc)
-    except OSError as err:
-        log(f"rocky-selftest tune: cannot update result.json: {os_error_text(err)}")
-        return False
-    return True
+    return add_section(results_dir, "tune", section, log, "see tune-progress") is True
 
 
 def verify_choice(s: Settings, log: Log = say, bench=tune_bench) -> dict[str, Any]:
