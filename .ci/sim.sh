@@ -6,6 +6,8 @@
 #   3. one llama-bench run (ub 64, small model) succeeds on the simulated G610
 #   4. the board's self-test (rocky_selftest) accepts the simulated G610: vulkan_device
 #      and the ub 64 sweep PASS on real panvk / llama-bench output
+#   5. rocky-vkcheck (the image's driver check) built for arm64 in the root records and submits
+#      on both queues of the simulated G610 (recording only: nothing executes)
 # via the slow tests in tests/sim/test_sim.py. Caches under ${ROCKY_CACHE:-/var/cache/rocky-vulkan}/sim.
 # Needs root (debootstrap, chroot, mount namespaces). Cold: see docs/verification/sim.md.
 set -euo pipefail
@@ -53,6 +55,12 @@ BIG=
 if [ "${ROCKY_SIM_FULL:-0}" = 1 ]; then
 	BIG=$SIM/models/q3b-shape-36l-q8_0.gguf
 	[ -f "$BIG" ] || "$PY" -c 'import sys; from rocky_vulkan.llama.testmodel import write_preset; write_preset("qwen2.5-3b-shape", sys.argv[1], n_layer=36)' "$BIG"
+fi
+
+# rocky-vkcheck's shaders and Vulkan headers: trixie's glslc and headers, unpacked by .ci/llama.sh.
+TX=$ROCKY_CACHE/trixie-tools
+if [ -x "$TX/glslc" ] && [ -d "$TX/usr/include/vulkan" ]; then
+	export ROCKY_VKCHECK_GLSLC=$TX/glslc ROCKY_VULKAN_INCLUDE=$TX/usr/include
 fi
 
 say "slow simulator tests"

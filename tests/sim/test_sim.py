@@ -7,6 +7,9 @@ made by `rocky-vulkan sim setup`; they need:
                    that test is skipped
   ROCKY_SIM_BIG_MODEL  testmodel's qwen2.5-3b-shape preset with 36 layers (Q8_0, 3 GB); unset:
                    the private-VA exhaustion test is skipped
+  ROCKY_VKCHECK_GLSLC, ROCKY_VULKAN_INCLUDE  a glslc and Vulkan headers for rocky-vkcheck's
+                   arm64 build in the root (.ci/sim.sh: trixie's, from .ci/llama.sh); unset:
+                   that test is skipped
 """
 
 from __future__ import annotations
@@ -280,3 +283,49 @@ def test_stock_panvk_runs_out_of_private_va_on_a_3b_shape(root, tmp_path):
     assert "vk::CommandBuffer::end: ErrorOutOfDeviceMemory" in result.error, result.error
     # The private heap is [user_va_start, 4 GiB): it was nearly full when the map failed.
     assert result.priv_va_peak_mib is not None and result.priv_va_peak_mib > 3500
+
+
+# rocky-vkcheck (issue 24 part 2) on the simulated G610: built for arm64 in the root with its
+# cross compiler; its shaders need a glslc and the Vulkan headers, which .ci/llama.sh unpacks
+# (trixie's) before this stage runs.
+VKCHECK_SOURCES = Path(__file__).resolve().parents[2] / "tools/rocky_vkcheck"
+GLSLC_ENV = os.environ.get("ROCKY_VKCHECK_GLSLC")
+VULKAN_INCLUDE_ENV = os.environ.get("ROCKY_VULKAN_INCLUDE")
+
+
+@pytest.mark.slow
+@pytest.mark.needs_debian_root
+def test_rocky_vkcheck_records_and_submits_on_the_simulated_g610(root, tmp_path):
+    """Recording only: the drm-shim executes nothing, so every result keeps the host's sentinel
+    and the checks must all report mismatches, cleanly (exit 1, a valid document, no Vulkan error,
+    no hang); what it shows is that panvk records, submits and signals every fence the program
+    uses, on both of its queues."""
+    from rocky_selftest.driver import parse_document
+
+    if not GLSLC_ENV or not VULKAN_INCLUDE_ENV:
+        pytest.skip("ROCKY_VKCHECK_GLSLC / ROCKY_VULKAN_INCLUDE unset (.ci/sim.sh sets them)")
+    inside = f"/opt/rocky/vkcheck-test-{os.getpid()}"
+    build = root.host_path(inside)
+    shutil.rmtree(build, ignore_errors=True)
+    shutil.copytree(VKCHECK_SOURCES, build, ignore=shutil.ignore_patterns("rocky-vkcheck", "*.inc"))
+    try:
+        shaders = ["spill.spv.inc", "wls.spv.inc"]
+        subprocess.run(["make", "-s", "-C", str(build), f"GLSLC={GLSLC_ENV}", *shaders], check=True)
+        shutil.copytree(VULKAN_INCLUDE_ENV, build / "inc")
+        root.run(
+            ["aarch64-linux-gnu-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2",
+             f"-I{inside}/inc", "-o", f"{inside}/rocky-vkcheck", f"{inside}/rocky-vkcheck.c",
+             "/usr/lib/aarch64-linux-gnu/libvulkan.so.1"],
+            capture=True,
+        )  # fmt: skip
+        proc = _run_cli(root, "run", "--", f"{inside}/rocky-vkcheck", "--timeout-s", "20")
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    doc = parse_document(proc.stdout, proc.returncode)
+    dev = doc["device"]
+    assert (dev["name"], dev["driver_name"], dev["subgroup_size"]) == ("Mali-G610 MC4", "panvk", 16)
+    assert doc["queues"] == 2 and doc["error"] is None
+    assert [c["status"] for c in doc["checks"]] == ["fail"] * 5
+    assert all(c["cases"] > 0 and c["passed"] == 0 for c in doc["checks"])
+    assert "rocky-vacount:" in proc.stderr
