@@ -46,7 +46,13 @@ def test_config_arg_joins_machine_and_fragments(project):
         build.kas_config_arg(cfg, "rock-5b-rocky", ["debug", "sstate-mirror"])
         == "kas/rock-5b-rocky.yml:kas/debug.yml:kas/sstate-mirror.yml"
     )
-    assert build.available_fragments(cfg) == ["debug", "model-licence", "offline", "sstate-mirror"]
+    assert build.available_fragments(cfg) == [
+        "debug",
+        "model-licence",
+        "offline",
+        "sstate-mirror",
+        "vulkan-cts",
+    ]
     with pytest.raises(UserError, match="unknown fragment 'fast'.*debug, model-licence, offline"):
         build.kas_config_arg(cfg, "rock-5-itx", ["fast"])
     with pytest.raises(ConfigError, match="unknown machine 'rock-9'"):
