@@ -24,14 +24,6 @@ def summarise(counts: dict[str, int]) -> dict[str, int]:
     return summary
 
 
-def _count(c: Any, obj: dict, key: str, field: str) -> int | None:
-    value = obj.get(key)
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
-        return value
-    c.bad(field, value, f"a whole number 0..{MAX_COUNT}")
-    return None
-
-
 def cts_section(raw: Any, c: Any) -> dict[str, Any] | None:
     """The checked section (None when the board has none); `state` is "malformed" when any
     field was, and `c` (result_doc's checker) holds the problems."""
@@ -54,7 +46,7 @@ def cts_section(raw: Any, c: Any) -> dict[str, Any] | None:
         if key not in STATUSES:
             c.bad("cts.counts", key, "a status (" + ", ".join(STATUSES) + ")")
             continue
-        value = _count(c, counts_raw, key, f"cts.counts.{key}")
+        value = c.count(counts_raw, key, f"cts.counts.{key}", MAX_COUNT)
         if value is not None:
             counts[key] = value
     summary = summarise(counts)
@@ -63,7 +55,7 @@ def cts_section(raw: Any, c: Any) -> dict[str, Any] | None:
         c.problems.append(f"cts.summary: not what its counts show ({summary})")
     elif not isinstance(told, dict):
         c.bad("cts.summary", told, "an object")
-    ran = _count(c, raw, "ran", "cts.ran")
+    ran = c.count(raw, "ran", "cts.ran", MAX_COUNT)
     if ran is not None and ran != sum(counts.values()):
         c.problems.append(f"cts.ran: {ran} is not the {sum(counts.values())} cases counted")
     failed_raw = raw.get("failed")
@@ -82,7 +74,7 @@ def cts_section(raw: Any, c: Any) -> dict[str, Any] | None:
         else:
             failed.append({"case": case, "status": status})
     failing = sum(counts.get(s, 0) for s in FAILING)
-    failed_total = _count(c, raw, "failed_total", "cts.failed_total")
+    failed_total = c.count(raw, "failed_total", "cts.failed_total", MAX_COUNT)
     if failed_total is not None and (failed_total != failing or len(failed) > failed_total):
         c.problems.append(f"cts.failed_total: {failed_total} is not the {failing} failing counted")
     if verdict == "PASS" and failing:
@@ -98,8 +90,8 @@ def cts_section(raw: Any, c: Any) -> dict[str, Any] | None:
         "summary": summary,
         "failed": failed,
         "failed_total": failing,
-        "not_run": _count(c, raw, "not_run", "cts.not_run"),
-        "selected": _count(c, raw, "selected", "cts.selected"),
+        "not_run": c.count(raw, "not_run", "cts.not_run", MAX_COUNT),
+        "selected": c.count(raw, "selected", "cts.selected", MAX_COUNT),
         "budget_s": c.number(raw, "budget_s", "cts.budget_s", 0, MAX_SECONDS),
         "duration_s": c.number(raw, "duration_s", "cts.duration_s", 0, MAX_SECONDS, zero_ok=True),
         "budget_exhausted": raw.get("budget_exhausted") is True,

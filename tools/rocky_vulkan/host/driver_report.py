@@ -19,14 +19,6 @@ MAX_CASES = 1_000_000
 TITLE_TEXT = 60
 
 
-def _count(c: _Checker, obj: dict, key: str, field: str) -> int | None:
-    value = obj.get(key)
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_CASES:
-        return value
-    c.bad(field, value, f"a whole number 0..{MAX_CASES}")
-    return None
-
-
 def _mismatch(c: _Checker, raw: Any, field: str) -> str:
     if raw is None:
         return ""
@@ -56,9 +48,9 @@ def _checks(c: _Checker, raw: Any) -> list[dict[str, Any]]:
         before = len(c.problems)
         name = c.word(item, "name", f"{field}.name", CHECK_NAMES)
         status = c.word(item, "status", f"{field}.status", CHECK_STATUSES)
-        cases = _count(c, item, "cases", f"{field}.cases")
-        passed = _count(c, item, "passed", f"{field}.passed")
-        failed = _count(c, item, "failed", f"{field}.failed")
+        cases = c.count(item, "cases", f"{field}.cases", MAX_CASES)
+        passed = c.count(item, "passed", f"{field}.passed", MAX_CASES)
+        failed = c.count(item, "failed", f"{field}.failed", MAX_CASES)
         mismatch = _mismatch(c, item.get("first_mismatch"), f"{field}.first_mismatch")
         if None not in (cases, passed, failed) and passed + failed != cases:
             c.problems.append(f"{field}: passed {passed} + failed {failed} is not cases {cases}")

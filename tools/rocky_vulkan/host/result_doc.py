@@ -139,6 +139,14 @@ class _Checker:
         self.bad(field, value, f"a whole number > 0 and <= {high}")
         return default
 
+    def count(self, obj: dict, key: str, field: str, high: int) -> int | None:
+        """A whole number 0..high (zero included), or None and a problem (absent too)."""
+        value = obj.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= high:
+            return value
+        self.bad(field, value, f"a whole number 0..{high}")
+        return None
+
     def word(self, obj: dict, key: str, field: str, allowed: tuple[str, ...]) -> str | None:
         """One of `allowed`, exactly as written (no cleaning: "P\u200bASS" is not PASS), or None
         and a problem (absent, null or anything else)."""
