@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import paths
-from .runner import STOP_SIGNALS, Capture, merged_env
+from .runner import STOP_SIGNALS, Capture, kill_group, merged_env, pump, reap
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -384,14 +384,6 @@ def deqp_command(deqp: str, cts_dir: str, caselist: str, log: str, work: str) ->
     ]
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    if proc.returncode is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def _size(path: str) -> int:
     try:
         return os.stat(path).st_size
@@ -450,22 +442,12 @@ def run_chunk(
             elif now - progress_at >= case_timeout_s:
                 killed = "stall"
             if killed:
-                _kill(proc)
+                kill_group(proc)
                 break
-        end = time.monotonic() + GRACE_S
-        while sel.get_map() and time.monotonic() < end:  # what is left in the pipes
-            for key, _ in sel.select(timeout=0.1):
-                chunk = os.read(key.fd, 65536)
-                if chunk:
-                    key.data.add(chunk)
-                else:
-                    sel.unregister(key.fileobj)
-        try:
-            returncode = proc.wait(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            returncode = None
+        pump(proc, sel, time.monotonic() + GRACE_S)  # what is left in the pipes
+        returncode = reap(proc)
     except BaseException:
-        _kill(proc)  # stopped ourselves: deqp-vk must not outlive the self-test
+        kill_group(proc)  # stopped ourselves: deqp-vk must not outlive the self-test
         raise
     finally:
         sel.close()

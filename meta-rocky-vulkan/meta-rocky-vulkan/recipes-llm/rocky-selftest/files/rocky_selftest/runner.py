@@ -72,7 +72,7 @@ class RunResult:
         return tail[-TAIL_CHARS:]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
     if proc.returncode is not None:  # reaped: the group id may belong to someone else now
         return
     try:
@@ -108,7 +108,7 @@ class Capture:
         return f"{head}\n[... rocky-selftest dropped {self.dropped} bytes here ...]\n{tail}"
 
 
-def _pump(proc: subprocess.Popen, sel: selectors.BaseSelector, end: float) -> None:
+def pump(proc: subprocess.Popen, sel: selectors.BaseSelector, end: float) -> None:
     """Read the pipes until both are closed or `end` (monotonic) passes; once the tool itself
     has exited, at most GRACE_S more (a child it left behind may hold them open for ever)."""
     exited_at = None
@@ -127,7 +127,7 @@ def _pump(proc: subprocess.Popen, sel: selectors.BaseSelector, end: float) -> No
                 sel.unregister(key.fileobj)
 
 
-def _reap(proc: subprocess.Popen) -> int | None:
+def reap(proc: subprocess.Popen) -> int | None:
     try:
         return proc.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:  # stuck in the kernel after SIGKILL: not waited for
@@ -174,18 +174,18 @@ def run_tool(cmd: list[str], env_extra: dict[str, str | None], timeout_s: float)
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a pending stop raises here, inside
         end = start + max(timeout_s, 1)
-        _pump(proc, sel, end)
+        pump(proc, sel, end)
         try:
             proc.wait(timeout=max(end - time.monotonic(), 0))  # pipes closed: has it ended?
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc)
-            _pump(proc, sel, time.monotonic() + GRACE_S)
-        returncode = _reap(proc)
+            kill_group(proc)
+            pump(proc, sel, time.monotonic() + GRACE_S)
+        returncode = reap(proc)
     except BaseException:
         # Stopped ourselves (SIGTERM, Ctrl-C): the tool must not outlive the self-test.
-        _kill_group(proc)
-        _reap(proc)
+        kill_group(proc)
+        reap(proc)
         raise
     finally:
         sel.close()
