@@ -32,10 +32,15 @@ ALLOWED_IMPORTS = {
     "fcntl", "selectors",
     # the serving step: http.client is in python3-netclient, socket in python3-io
     "http", "socket",
+    # the model store's fetch: urllib is in python3-netclient, ssl in python3-io; threading.py is
+    # python3-core
+    "urllib", "ssl", "threading",
 }  # fmt: skip
-# Modules only `rocky-llm` runs (its recipe RDEPENDS on python3-io and python3-netclient too).
-SERVE_ONLY = {"serve_cli.py", "serve_keys.py"}
-SERVE_IMPORTS = ALLOWED_IMPORTS | {"base64", "grp", "secrets", "socket"}
+# Modules only `rocky-llm` runs (its recipe RDEPENDS on python3-io and python3-netclient too, and
+# for the Ollama API on python3-netserver (http.server's socketserver), python3-datetime; hmac is
+# python3-netclient).
+SERVE_ONLY = {"serve_cli.py", "serve_keys.py", "ollama_api.py"}
+SERVE_IMPORTS = ALLOWED_IMPORTS | {"base64", "grp", "secrets", "socket", "datetime", "hmac"}
 
 
 def _imports(path: Path) -> set[str]:

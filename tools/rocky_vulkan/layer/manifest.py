@@ -354,6 +354,7 @@ def _llm_context(cfg: Config) -> dict:
         "state_dir": paths.LLM_STATE_DIR,
         "state_name": paths.LLM_STATE_DIR.rsplit("/", 1)[1],
         "settings_file": paths.LLM_SETTINGS,
+        "models_subdir": paths.LLM_MODELS_DIR.rsplit("/", 1)[1],
         "key_dir": paths.LLM_KEY_DIR,
         "key_dir_name": paths.LLM_KEY_DIR.rsplit("/", 1)[1],
         "api_key_name": paths.API_KEY_NAME,

@@ -17,6 +17,7 @@ SRC_URI = "\
     file://COPYING.MIT \
     file://rocky-llm \
     file://rocky-llm.service \
+    file://rocky-llm-ollama.service \
     file://rocky-llm-keys.service \
     file://rocky-llm-retune.path \
     file://rocky-llm-retune.service \
@@ -34,7 +35,7 @@ USERADD_PARAM:${PN} = "--system --user-group --no-create-home \
                        --home-dir ${localstatedir}/lib/rocky-llm \
                        --shell ${base_sbindir}/nologin rocky-llm"
 
-SYSTEMD_SERVICE:${PN} = "rocky-llm.service rocky-llm-keys.service rocky-llm-retune.path"
+SYSTEMD_SERVICE:${PN} = "rocky-llm.service rocky-llm-ollama.service rocky-llm-keys.service rocky-llm-retune.path"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
 
 do_configure[noexec] = "1"
@@ -42,7 +43,7 @@ do_compile[noexec] = "1"
 
 do_install() {
     install -D -m 0755 ${S}/rocky-llm ${D}${bindir}/rocky-llm
-    for unit in rocky-llm.service rocky-llm-keys.service rocky-llm-retune.path rocky-llm-retune.service; do
+    for unit in rocky-llm.service rocky-llm-ollama.service rocky-llm-keys.service rocky-llm-retune.path rocky-llm-retune.service; do
         install -D -m 0644 ${S}/$unit ${D}${systemd_system_unitdir}/$unit
     done
     install -D -m 0644 ${S}/rocky-llm.sh ${D}${sysconfdir}/profile.d/rocky-llm.sh
@@ -53,14 +54,17 @@ do_install() {
 FILES:${PN} += "${systemd_system_unitdir}"
 
 # openssl-bin makes the board's certificate; python3-* are the OE packages holding the modules
-# serve_*.py import (oe-core's python3-manifest.json: secrets and base64 are in netclient).
+# serve_*.py and ollama_api.py import (oe-core's python3-manifest.json: secrets, base64, hmac
+# and urllib are in netclient, ssl in io, http.server's socketserver in netserver).
 RDEPENDS:${PN} = "\
     llama-cpp-server \
     openssl-bin \
     python3-core \
     python3-crypt \
+    python3-datetime \
     python3-io \
     python3-json \
     python3-netclient \
+    python3-netserver \
     rocky-selftest \
 "

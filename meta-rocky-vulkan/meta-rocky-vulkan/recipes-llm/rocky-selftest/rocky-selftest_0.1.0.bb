@@ -34,12 +34,16 @@ SRC_URI = "\
     file://rocky_selftest/kld_text.txt \
     file://rocky_selftest/lock.py \
     file://rocky_selftest/match.py \
+    file://rocky_selftest/model_fetch.py \
+    file://rocky_selftest/model_store.py \
+    file://rocky_selftest/ollama_api.py \
     file://rocky_selftest/outcome.py \
     file://rocky_selftest/paths.py \
     file://rocky_selftest/placement.py \
     file://rocky_selftest/placement_bench.py \
     file://rocky_selftest/publish.py \
     file://rocky_selftest/results.py \
+    file://rocky_selftest/router.py \
     file://rocky_selftest/runner.py \
     file://rocky_selftest/sequence.py \
     file://rocky_selftest/serve_cli.py \

@@ -24,6 +24,9 @@ USER = "rocky-selftest"  # the unprivileged system user the checks run as
 LLM_USER = "rocky-llm"  # the unprivileged system user llama-server runs as
 LLM_STATE_DIR = "/var/lib/rocky-llm"  # the unit's StateDirectory=
 LLM_SETTINGS = f"{LLM_STATE_DIR}/settings.json"
+# Models pulled at run time (model_store) and the router's preset file made from them.
+LLM_MODELS_DIR = f"{LLM_STATE_DIR}/models"
+LLM_PRESETS = f"{LLM_STATE_DIR}/models.ini"
 LLM_KEY_DIR = "/var/lib/rocky-llm-keys"  # root-owned; LoadCredential= hands the files over
 API_KEY_NAME = "api-key"
 TLS_KEY_NAME = "tls.key"

@@ -1,9 +1,12 @@
-"""`rocky-llm serve|settings|keys|rotate-key|info`: the board's OpenAI-compatible server.
+"""`rocky-llm`: the board's OpenAI-compatible server and its models.
 
-- `serve` (rocky-llm.service, as the unprivileged user rocky-llm): derive the settings from the
-  board's measurements, record them with their reasons (journal and settings.json), then exec
-  llama-server;
+- `serve` (rocky-llm.service, as the unprivileged user rocky-llm): derive every model's settings
+  from the board's measurements, record them with their reasons (journal and settings.json),
+  write the router's presets, then exec llama-server in router mode;
 - `settings`: the same derivation, printed, nothing started;
+- `pull`, `list`, `use`, `rm` (pull, use and rm as root): the model store (model_store.py); the
+  running server is told of each change;
+- `ollama` (rocky-llm-ollama.service): the Ollama-compatible API in front of the server;
 - `keys` (root, rocky-llm-keys.service): make the per-board API key and TLS certificate when
   missing; `rotate-key` (root): a new API key, then restart the server;
 - `info` (the login user): the URL, the certificate's fingerprint, the key, the settings.
@@ -20,10 +23,11 @@ import subprocess
 import sys
 from typing import Any
 
-from . import paths
+from . import paths, router
 from .files import read_json
+from .model_store import Store, StoreError, name_from_source
 from .serve_keys import ServeKeyError, cert_fingerprint, make_missing, read_api_key, write_api_key
-from .serve_settings import derive, server_command, value, write_plan
+from .serve_settings import write_plan
 from .settings import DEFAULT_CONFIG, SettingsError, load_settings
 from .terminal import LOG_LINE_CHARS, clean_line
 
@@ -36,8 +40,14 @@ def _clean(text: str) -> str:
 
 
 def _print_plan(plan: dict[str, Any], out=sys.stdout) -> None:
-    for name, item in plan["settings"].items():
-        print(_clean(f"{name}: {item['value']} ({item['reason']})"), file=out)
+    """The router's plan: the default model, models_max, then each model's settings."""
+    print(_clean(f"default model: {plan['default']}"), file=out)
+    item = plan["models_max"]
+    print(_clean(f"models loaded at once: {item['value']} ({item['reason']})"), file=out)
+    for model, p in plan["models"].items():
+        print(_clean(f"[{model}]"), file=out)
+        for name, item in p["settings"].items():
+            print(_clean(f"  {name}: {item['value']} ({item['reason']})"), file=out)
     for warning in plan["warnings"]:
         print(_clean(f"WARNING: {warning}"), file=out)
 
@@ -47,12 +57,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if s.serve_listen == "off":
         print("serve.listen is off in rocky-vulkan.yaml: no server", file=sys.stderr)
         return 0
-    plan = derive(s)
     credentials = args.credentials or os.environ.get("CREDENTIALS_DIRECTORY", "")
     if not credentials:
         print("no credentials: run under rocky-llm.service (LoadCredential=)", file=sys.stderr)
         return 2
-    argv, env = server_command(s, plan, credentials)
+    plan = router.plan(s)
+    router.write_presets(s, plan)
+    argv, env = router.command(s, plan, credentials)
     plan["command"] = argv
     plan["environment"] = env
     _print_plan(plan)
@@ -67,14 +78,97 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_settings(args: argparse.Namespace) -> int:
     s = load_settings(args.config)
-    plan = derive(s)
-    argv, env = server_command(s, plan, args.credentials or "$CREDENTIALS_DIRECTORY")
-    plan.update(command=argv, environment=env)
+    plan = router.plan(s)
+    argv, env = router.command(s, plan, args.credentials or "$CREDENTIALS_DIRECTORY")
+    plan.update(command=argv, environment=env, presets=router.preset_ini(plan))
     if args.json:
         print(json.dumps(plan, indent=2))
     else:
         _print_plan(plan)
     return 0
+
+
+def _store(s) -> Store:
+    return router.store_for(s)
+
+
+def _tell_server(s, args: argparse.Namespace) -> None:
+    api = None
+    if s.serve_listen != "off":
+        try:
+            api = router.local_api(s, args.key_dir)
+        except (ServeKeyError, OSError) as err:
+            print(_clean(f"cannot reach the server ({err})"), file=sys.stderr)
+    print(_clean(router.sync(s, api, args.settings_file)))
+
+
+class _Progress:
+    """A line per 5 % on stderr (the journal and `ssh board rocky-llm pull` stay readable)."""
+
+    def __init__(self) -> None:
+        self.shown = -1
+
+    def __call__(self, done: int, total: int | None) -> None:
+        if not total:
+            return
+        step = done * 20 // total
+        if step != self.shown:
+            self.shown = step
+            print(f"  {done * 100 // total:3d} %  {done} of {total} bytes", file=sys.stderr)
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    name = args.name or name_from_source(args.source)
+    source = args.source
+    if "://" not in source:
+        source = os.path.abspath(source)
+    model = _store(s).pull(name, source, args.sha256, args.license, progress=_Progress())
+    print(_clean(f"{model.name}: {model.size} bytes, sha256 {model.sha256}, checked"))
+    _tell_server(s, args)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    store = _store(s)
+    default = store.default() or s.serve_model_name
+    for m in store.models():
+        mark = "*" if m.name == default else " "
+        size = f"{m.size / (1 << 30):6.2f} GiB"
+        print(_clean(f"{mark} {m.name:32} {size}  {m.source}  licence: {m.license}"))
+    print("* the default model (`rocky-llm use NAME`); every model is served by its name")
+    return 0
+
+
+def cmd_use(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    model = _store(s).use(args.name)
+    print(_clean(f"{model.name} is the default model: loaded at start, first in the list"))
+    _tell_server(s, args)
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    model = _store(s).remove(args.name)
+    print(_clean(f"removed {model.name} ({model.size} bytes)"))
+    _tell_server(s, args)
+    return 0
+
+
+def cmd_ollama(args: argparse.Namespace) -> int:
+    from .ollama_api import serve_forever
+
+    s = load_settings(args.config)
+    if s.serve_listen == "off":
+        print("serve.listen is off in rocky-vulkan.yaml: no Ollama API", file=sys.stderr)
+        return 0
+    credentials = args.credentials or os.environ.get("CREDENTIALS_DIRECTORY", "")
+    if not credentials:
+        print("no credentials: run under rocky-llm-ollama.service", file=sys.stderr)
+        return 2
+    return serve_forever(s, credentials, args.settings_file)
 
 
 def _group_gid(name: str | None) -> int | None:
@@ -132,7 +226,11 @@ def cmd_info(args: argparse.Namespace) -> int:
         if args.short:
             for warning in plan["warnings"]:
                 print(_clean(f"WARNING: {warning}"))
-            print(_clean(f"Serving {value(plan, 'model')} on the {value(plan, 'placement')}"))
+            default = plan["default"]
+            placement = plan["models"][default]["settings"]["placement"]["value"]
+            print(
+                _clean(f"Serving {default} (and {len(plan['models']) - 1} more) on the {placement}")
+            )
         else:
             print(_clean(f"Settings (from {args.settings_file}):"))
             _print_plan(plan)
@@ -161,6 +259,21 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--group", help="the login user's group, which may read the API key")
     info = sub.add_parser("info", help="URL, certificate fingerprint, API key, settings")
     info.add_argument("--short", action="store_true", help="URL, fingerprint, warnings only")
+    pull = sub.add_parser("pull", help="(root) fetch a GGUF model (URL or local file), checked")
+    pull.add_argument("source", help="an https URL of the .gguf file, or its path on the board")
+    pull.add_argument("--sha256", required=True, help="the file's sha256 (64 hex digits)")
+    pull.add_argument("--license", required=True, help="the model's licence, as you accept it")
+    pull.add_argument("--name", help="its name here (default: from the file name)")
+    sub.add_parser("list", help="the models: the image's and the pulled ones")
+    use = sub.add_parser("use", help="(root) make NAME the default model")
+    rm = sub.add_parser("rm", help="(root) remove a pulled model")
+    for p in (use, rm):
+        p.add_argument("name")
+    ollama = sub.add_parser("ollama", help="the Ollama-compatible API (rocky-llm-ollama.service)")
+    ollama.add_argument("--credentials", help="default: $CREDENTIALS_DIRECTORY")
+    for p, func in ((pull, cmd_pull), (use, cmd_use), (rm, cmd_rm), (ollama, cmd_ollama)):
+        p.set_defaults(func=func)
+    sub.choices["list"].set_defaults(func=cmd_list)
     serve.set_defaults(func=cmd_serve)
     settings.set_defaults(func=cmd_settings)
     keys.set_defaults(func=cmd_keys)
@@ -173,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (SettingsError, ServeKeyError) as err:
+    except (SettingsError, ServeKeyError, StoreError, router.RouterError) as err:
         print(_clean(f"rocky-llm: {err}"), file=sys.stderr)
         return 2
     except OSError as err:

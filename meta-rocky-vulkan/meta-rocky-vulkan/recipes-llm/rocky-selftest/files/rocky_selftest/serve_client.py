@@ -13,6 +13,7 @@ import http.client
 import json
 import math
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,13 +60,19 @@ def loads(data: bytes | str) -> Any:
 
 
 class Api:
-    """One llama-server on host:port with its API key; every call has `timeout_s`."""
+    """One llama-server on host:port with its API key; every call has `timeout_s`. With `tls`
+    (a context that pins the server's certificate) over HTTPS."""
 
-    def __init__(self, host: str, port: int, key: str) -> None:
-        self.host, self.port, self.key = host, port, key
+    def __init__(self, host: str, port: int, key: str, tls: ssl.SSLContext | None = None) -> None:
+        self.host, self.port, self.key, self.tls = host, port, key, tls
 
     def _conn(self, timeout_s: float) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection(self.host, self.port, timeout=max(timeout_s, 0.1))
+        timeout = max(timeout_s, 0.1)
+        if self.tls is not None:
+            return http.client.HTTPSConnection(
+                self.host, self.port, timeout=timeout, context=self.tls
+            )
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"}

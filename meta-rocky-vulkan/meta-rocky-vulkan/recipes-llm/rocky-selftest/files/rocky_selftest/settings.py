@@ -76,6 +76,11 @@ class Settings:
     serve_context_tokens: int = 8192
     serve_parallel: int = 2
     llama_server: str = ""  # empty: llama-server in bin_dir
+    # Models pulled at run time (`rocky-llm pull`), the router's preset file made from them, and
+    # the Ollama-compatible API's port (Ollama's own), which follows serve_listen.
+    models_dir: str = paths.LLM_MODELS_DIR
+    router_presets: str = paths.LLM_PRESETS
+    ollama_port: int = 11434
     # The self-test's `serving` step: streamed requests to the real llama-server, one per prompt
     # size (the first size decides the goal), each generating this many tokens.
     serving_prompt_tokens: tuple[int, ...] = (2048, 8192)
@@ -118,6 +123,7 @@ INT_RANGES = {
     "tune_top": (0, 100),
     "tune_repeats": (0, 100),
     "serve_port": (1024, 65535),
+    "ollama_port": (1024, 65535),
     "serve_request_prompt_tokens": (1, 131072),
     "serve_request_generated_tokens": (1, 32768),
     "serve_context_tokens": (512, 131072),

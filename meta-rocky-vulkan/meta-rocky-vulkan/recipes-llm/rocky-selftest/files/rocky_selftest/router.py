@@ -1,0 +1,227 @@
+"""llama-server's router mode (b9101 has it): one server on the API's port, a child llama-server
+per model, loaded on demand by the request's `model`, at most `models_max` at once (the least
+recently used one is unloaded first).
+
+Every model of the store (the image's and the pulled ones) gets a section of the router's
+preset file with its own settings, each derived as serve_settings.derive derives the served
+model's: placement and micro-batch from the board's measurements, context and slots from the
+model's own GGUF shape and the RAM. The router's own command line holds only what every child
+shares (listen address, key, TLS, limits): in b9101 it overrides any preset value.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from dataclasses import replace
+from typing import Any
+
+from . import paths
+from .files import UnreadableFile, read_json
+from .gguf import GgufError, model_shape
+from .model_store import Model, Store
+from .placement import MODE_FLAGS
+from .results import write_atomic
+from .serve_client import Api, ClientError
+from .serve_keys import read_api_key
+from .serve_settings import (
+    HTTP_THREADS,
+    HTTP_TIMEOUT_S,
+    RESERVE_BYTES,
+    derive,
+    mem_total_bytes,
+    value,
+)
+from .settings import Settings
+from .tune_spec import ENV_VAR
+
+# llama-server's flags as preset keys (the long names without dashes, as common/preset.cpp
+# reads them).
+PRESET_KEYS = {"-ngl": "n-gpu-layers", "-dev": "device"}
+# A child asked to stop is killed after this many seconds (a request in flight gets them).
+STOP_TIMEOUT_S = 30
+MAX_MODELS = 64
+RELOAD_TIMEOUT_S = 60
+
+
+class RouterError(Exception):
+    """The router's presets cannot be made; the message names the cause and the fix."""
+
+
+def store_for(s: Settings) -> Store:
+    """The board's store: the image's served model and the reference model, then the pulls."""
+    image = {"reference": s.model_path}
+    if s.serve_model_name != "reference":
+        image[s.serve_model_name] = s.served_model
+    return Store(s.models_dir, image)
+
+
+def _model_settings(s: Settings, model: Model, meminfo: str, doc: Any) -> dict[str, Any]:
+    one = replace(s, serve_model_path=model.path, serve_model_name=model.name)
+    return derive(one, meminfo=meminfo, **({} if doc is None else {"doc": doc}))
+
+
+def _footprint(plan: dict[str, Any], model: Model) -> int:
+    """The model's bytes plus its KV cache at the planned context and slots."""
+    try:
+        per_token = model_shape(model.path).kv_bytes_per_token
+    except (OSError, GgufError):
+        per_token = 0
+    tokens = value(plan, "context_per_slot") * value(plan, "parallel")
+    return model.size + tokens * per_token
+
+
+def models_max(footprints: list[int], mem_total: int | None) -> tuple[int, str]:
+    """How many models may be loaded at once: the largest ones, added while they fit."""
+    if mem_total is None:
+        return 1, "RAM size unknown: one model at a time"
+    budget = mem_total - RESERVE_BYTES
+    n, used = 0, 0
+    for size in sorted(footprints, reverse=True):
+        if used + size > budget:
+            break
+        n, used = n + 1, used + size
+    n = max(n, 1)
+    gib = 1 << 30
+    return n, (
+        f"{n} at once: the {n} largest models with their KV caches take {used / gib:.1f} GiB of "
+        f"{mem_total / gib:.1f} GiB RAM less {RESERVE_BYTES / gib:.1f} GiB reserve"
+    )
+
+
+def _ini_value(text: str) -> str:
+    if not text.isprintable() or any(c in text for c in "[]=;#\"'") or text != text.strip():
+        raise RouterError(f"{text!r} cannot go into the router's preset file; rename the file")
+    return text
+
+
+def plan(
+    s: Settings,
+    store: Store | None = None,
+    meminfo: str = "/proc/meminfo",
+    doc: Any = None,
+    loaded_at_start: str | None = "",
+) -> dict[str, Any]:
+    """The router's plan: every model's settings (with reasons), the default, models_max.
+    `loaded_at_start`: the model whose preset says load-on-startup; "" (at start): the
+    default."""
+    store = store or store_for(s)
+    found = store.models()[:MAX_MODELS]
+    if not found:
+        raise RouterError(f"no model in {s.models_dir} and none in the image: nothing to serve")
+    default = store.default() or s.serve_model_name
+    if default not in {m.name for m in found}:
+        default = found[0].name
+    models, footprints = {}, []
+    for model in found:
+        p = _model_settings(s, model, meminfo, doc)
+        models[model.name] = p
+        footprints.append(_footprint(p, model))
+    n, why = models_max(footprints, mem_total_bytes(meminfo))
+    tiles = value(models[default], "tiles")
+    return {
+        "schema": "rocky-llm-router",
+        "schema_version": 1,
+        "default": default,
+        "loaded_at_start": default if loaded_at_start == "" else loaded_at_start,
+        "models_max": {"value": n, "reason": why},
+        "tiles": tiles,
+        "gpu_device": s.gpu_device,
+        "models": models,
+        "warnings": [w for p in models.values() for w in p["warnings"]][:20],
+    }
+
+
+def preset_ini(router: dict[str, Any]) -> str:
+    """The router's --models-preset file: one section per model."""
+    lines = ["version = 1", ""]
+    for name, p in router["models"].items():
+        mode, ub = value(p, "placement"), value(p, "ubatch")
+        ctx, slots = value(p, "context_per_slot"), value(p, "parallel")
+        lines.append(f"[{_ini_value(name)}]")
+        lines.append(f"model = {_ini_value(value(p, 'model'))}")
+        lines += [f"ctx-size = {ctx * slots}", f"parallel = {slots}"]
+        lines += [f"ubatch-size = {ub}", f"batch-size = {max(ub, 2048)}"]
+        flags = list(MODE_FLAGS[mode])
+        if mode == "gpu":
+            flags += ["-dev", router["gpu_device"]]
+        for flag, val in zip(flags[::2], flags[1::2], strict=True):
+            lines.append(f"{PRESET_KEYS[flag]} = {_ini_value(val)}")
+        lines.append(f"stop-timeout = {STOP_TIMEOUT_S}")
+        if name == router["loaded_at_start"]:
+            lines.append("load-on-startup = true")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_presets(s: Settings, router: dict[str, Any]) -> None:
+    """The preset file, atomically, owned as the store is (root's `rocky-llm pull` writes it
+    too)."""
+    path = s.router_presets
+    write_atomic(path, preset_ini(router).encode())
+    if os.geteuid() == 0:
+        owner = os.stat(os.path.dirname(path))
+        os.chown(path, owner.st_uid, owner.st_gid)
+
+
+def command(
+    s: Settings, router: dict[str, Any], credentials: str
+) -> tuple[list[str], dict[str, str]]:
+    """The router's argv and environment: what every child shares, nothing per model."""
+    lan = s.serve_listen == "lan"
+    argv = [s.llama_server or s.tool("llama-server"), "--models-preset", s.router_presets]
+    argv += ["--models-max", str(router["models_max"]["value"])]
+    argv += ["--host", "0.0.0.0" if lan else "127.0.0.1", "--port", str(s.serve_port)]
+    argv += ["--api-key-file", os.path.join(credentials, paths.API_KEY_NAME)]
+    if lan:
+        argv += ["--ssl-key-file", os.path.join(credentials, paths.TLS_KEY_NAME)]
+        argv += ["--ssl-cert-file", os.path.join(credentials, paths.TLS_CERT_NAME)]
+    # As serve_settings.server_command: /metrics on, /slots off, a small prompt cache, short
+    # HTTP timeouts with more threads.
+    argv += ["--metrics", "--no-slots", "--cache-ram", "256"]
+    argv += ["--timeout", str(HTTP_TIMEOUT_S), "--threads-http", str(HTTP_THREADS)]
+    env = {ENV_VAR: router["tiles"]} if router["tiles"] else {}
+    return argv, env
+
+
+def local_api(s: Settings, secrets_dir: str) -> Api:
+    """The router on this board, as root (paths.LLM_KEY_DIR) or the server's user
+    ($CREDENTIALS_DIRECTORY) reaches it: the API key, and for lan the board's own certificate
+    pinned (its names include 127.0.0.1)."""
+    key = read_api_key(secrets_dir)
+    tls = None
+    if s.serve_listen == "lan":
+        tls = ssl.create_default_context(cafile=os.path.join(secrets_dir, paths.TLS_CERT_NAME))
+    return Api("127.0.0.1", s.serve_port, key, tls)
+
+
+def started_with(settings_file: str) -> str | None:
+    """The model the running server loaded at its start (settings.json), if recorded."""
+    try:
+        recorded = read_json(settings_file, 1 << 20).get("loaded_at_start")
+    except (OSError, UnreadableFile, AttributeError):
+        return None
+    return recorded if isinstance(recorded, str) else None
+
+
+def sync(s: Settings, api: Api | None, settings_file: str = paths.LLM_SETTINGS) -> str:
+    """After a pull, rm or use: the preset file made anew, and the running router told to read
+    it (b9101: GET /models?reload=1). b9101 stops a running child whose preset changed, so a
+    running model's section must stay as it was: the load-on-startup mark stays where the
+    server's start put it, and a new default is loaded with /models/load instead (the mark
+    moves at the next start). A removed model's child is stopped. What happened, in words."""
+    router = plan(s, loaded_at_start=started_with(settings_file))
+    write_presets(s, router)
+    if s.serve_listen == "off" or api is None:
+        return "the server is off; the models are ready for its next start"
+    try:
+        listed = api.json_call("GET", "/models?reload=1", None, RELOAD_TIMEOUT_S)
+        models = [m for m in listed.get("data", []) if isinstance(m, dict)]
+        default = next((m for m in models if m.get("id") == router["default"]), None)
+        state = default.get("status", {}).get("value") if default else None
+        if default and state not in ("loaded", "loading"):
+            api.json_call("POST", "/models/load", {"model": router["default"]}, RELOAD_TIMEOUT_S)
+    except (ClientError, AttributeError) as err:
+        return f"the server did not take the change now ({err}); it will at its next start"
+    names = ", ".join(str(m.get("id")) for m in models)
+    return f"the server now offers: {names} (default {router['default']})"
