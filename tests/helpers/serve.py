@@ -128,6 +128,8 @@ def write_serve_config(tmp: Path, bin_dir: str, model: Path, port: int, **over) 
         serve_port=port,
         serve_context_tokens=512,
         serve_parallel=2,
+        models_dir=str(tmp / "models"),
+        router_presets=str(tmp / "models.ini"),
     )
     data.update(over)
     path = tmp / "config.json"
@@ -245,6 +247,23 @@ class Server:
             time.sleep(0.5)
         self.starts.append(time.monotonic() - t0)
 
+    def pids(self) -> list[int]:
+        """The router and its children (a llama-server per loaded model)."""
+        kids = []
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                text = status.read_text()
+            except OSError:
+                continue
+            if f"\nPPid:\t{self.proc.pid}\n" in text:
+                kids.append(int(status.parent.name))
+        return [self.proc.pid, *sorted(kids)]
+
+    def rss_kib(self) -> tuple[int, int]:
+        """(VmRSS, VmHWM) summed over the router and its children, in KiB."""
+        both = [rss_kib(pid) for pid in self.pids()]
+        return sum(r for r, _ in both), sum(h for _, h in both)
+
     def exe(self) -> str:
         return os.readlink(f"/proc/{self.proc.pid}/exe")
 
@@ -255,8 +274,18 @@ class Server:
         return self.proc is not None and self.proc.poll() is None
 
     def kill9(self) -> int:
+        """SIGKILL to the router; then what systemd does to the unit's cgroup once its main
+        process is gone: the rest (the models' llama-servers) killed too."""
         os.kill(self.proc.pid, signal.SIGKILL)
-        return self.proc.wait(timeout=60)
+        rc = self.proc.wait(timeout=60)
+        self._kill_group()
+        return rc
+
+    def _kill_group(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # start_new_session: the group is ours
+        except ProcessLookupError:
+            pass
 
     def stop(self) -> None:
         if self.alive():
@@ -266,6 +295,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=30)
+        if self.proc is not None:
+            self._kill_group()
 
     def connection(self, timeout: float = 120) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection(
@@ -297,12 +328,12 @@ class Server:
         finally:
             conn.close()
 
-    def chat_ok(self, max_tokens: int = 4) -> dict:
-        """A normal request: must succeed with exactly `max_tokens` tokens."""
+    def chat_ok(self, max_tokens: int = 4, model: str = "reference") -> dict:
+        """A normal request to `model`: must succeed with exactly `max_tokens` tokens."""
         status, data = self.request(
             "POST", "/v1/chat/completions",
-            {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": max_tokens,
-             "temperature": 0, "logit_bias": TEXT_ONLY},
+            {"model": model, "messages": [{"role": "user", "content": "Say hello."}],
+             "max_tokens": max_tokens, "temperature": 0, "logit_bias": TEXT_ONLY},
         )  # fmt: skip
         assert status == 200, (status, data[:500], self.tail(2000))
         doc = json.loads(data)
@@ -338,6 +369,7 @@ def start_unit_server(
         "cred_dir": cred_dir,
         "cert": cert,
         "settings_file": settings_file,
+        "presets": tmp / "models.ini",
         "keys_output": made.stdout,
     }
     return server, info

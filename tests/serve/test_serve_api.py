@@ -12,6 +12,7 @@ default (chatml), which is what these requests get.
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import re
@@ -28,7 +29,6 @@ from rocky_selftest.serve_keys import cert_fingerprint
 from tests.helpers.llama_bin import BIN_DIR
 from tests.helpers.serve import (
     TEXT_ONLY,
-    rss_kib,
     served_fingerprint,
     unit_server,
 )
@@ -63,7 +63,8 @@ def client(served):
 
 
 def _metrics(server) -> dict[str, float]:
-    status, data = server.request("GET", "/metrics", timeout=30)
+    # The router forwards /metrics to the named model's llama-server.
+    status, data = server.request("GET", f"/metrics?model={MODEL_NAME}", timeout=30)
     assert status == 200, data[:300]
     out = {}
     for line in data.decode().splitlines():
@@ -82,12 +83,31 @@ def test_the_unit_command_execs_llama_server_with_the_derived_settings(served):
     cmdline = Path(f"/proc/{server.proc.pid}/cmdline").read_bytes().split(b"\0")[:-1]
     assert [a.decode() for a in cmdline] == plan["command"]
     argv = plan["command"]
-    assert plan["settings"]["placement"]["value"] == "cpu"
-    assert argv[argv.index("-ngl") + 1] == "0" and argv[argv.index("-dev") + 1] == "none"
-    assert argv[argv.index("--parallel") + 1] == "2"
-    assert argv[argv.index("--ctx-size") + 1] == "1024"  # 512 per slot x 2 slots
+    # Router mode: the router's own argv holds what every model shares ...
+    assert argv[argv.index("--models-preset") + 1] == str(info["presets"])
     assert argv[argv.index("--api-key-file") + 1] == str(info["cred_dir"] / "api-key")
+    assert "-ngl" not in argv and "--ctx-size" not in argv
+    # ... each model's own settings are its section of the preset file, as derived.
+    assert plan["default"] == MODEL_NAME == plan["loaded_at_start"]
+    assert plan["models"][MODEL_NAME]["settings"]["placement"]["value"] == "cpu"
+    presets = configparser.ConfigParser()
+    presets.read_string("[top]\n" + info["presets"].read_text())  # a global "version" line
+    section = presets[MODEL_NAME]
+    assert section["n-gpu-layers"] == "0" and section["device"] == "none"
+    assert section["parallel"] == "2"
+    assert section["ctx-size"] == "1024"  # 512 per slot x 2 slots
+    assert section["load-on-startup"] == "true"
     assert "serving on the CPU, not the GPU" in plan["warnings"][0]
+    # The real router read them: the model is listed as loaded with those arguments.
+    status, data = server.request("GET", "/models")
+    assert status == 200, data[:300]
+    (model,) = [m for m in json.loads(data)["data"] if m["id"] == MODEL_NAME]
+    assert model["status"]["value"] == "loaded", model
+    child = model["status"]["args"]  # the child llama-server's argv, as the router ran it
+    for flag, val in [("--n-gpu-layers", "0"), ("--device", "none"), ("--ctx-size", "1024"),
+                      ("--parallel", "2"), ("--alias", MODEL_NAME)]:  # fmt: skip
+        assert child[child.index(flag) + 1] == val, (flag, child)
+    assert child[child.index("--host") + 1] == "127.0.0.1"  # children only on loopback
 
 
 def test_tls_certificate_is_the_boards_and_pinned(served):
@@ -143,7 +163,7 @@ def test_wrong_or_missing_key_is_401(served, client):
             model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=2
         )
     assert err.value.status_code == 401
-    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     status, data = server.request("POST", "/v1/chat/completions", body, key=None)
     assert status == 401 and json.loads(data)["error"]["type"] == "authentication_error"
     for path in ("/props", "/metrics", "/slots"):
@@ -165,12 +185,14 @@ class TestBadInput:
     def baseline(cls, served):
         server, _ = served
         server.chat_ok()
-        return rss_kib(server.proc.pid)
+        assert len(server.pids()) == 2  # the router and the model's llama-server
+        return server.rss_kib()
 
     def test_prompt_longer_than_the_context_is_400(self, served, baseline):
         server, _ = served
         long = " ".join(f"word{i}" for i in range(2000))  # far over 512 tokens per slot
-        body = {"messages": [{"role": "user", "content": long}], "max_tokens": 4}
+        messages = [{"role": "user", "content": long}]
+        body = {"model": MODEL_NAME, "messages": messages, "max_tokens": 4}
         status, data = server.request("POST", "/v1/chat/completions", body)
         err = json.loads(data)["error"]
         assert status == 400 and err["type"] == "exceed_context_size_error", data[:500]
@@ -193,12 +215,13 @@ class TestBadInput:
 
     def test_valid_json_of_the_wrong_shape_is_400(self, served, baseline):
         server, _ = served
-        status, data = server.request("POST", "/v1/chat/completions", {"messages": "hi"})
+        body = {"model": MODEL_NAME, "messages": "hi"}
+        status, data = server.request("POST", "/v1/chat/completions", body)
         print(f"messages not a list: {status} {data[:200]!r}")
         assert 400 <= status < 500, data[:500]
         server.chat_ok()
 
-    def test_unknown_model_name_is_served_by_the_one_model(self, served, baseline):
+    def test_unknown_model_name_is_400_naming_it(self, served, baseline):
         server, _ = served
         body = {
             "model": "no-such-model",
@@ -208,10 +231,13 @@ class TestBadInput:
         }
         status, data = server.request("POST", "/v1/chat/completions", body)
         print(f"unknown model: {status} {data[:300]!r}")
-        # b9101 with one model ignores the request's "model": 200, answered by the loaded
-        # model. Not a 4xx: recorded in docs/verification/serving.md and reported.
-        assert status == 200, data[:500]
-        assert json.loads(data)["usage"]["completion_tokens"] == 2
+        # The router (b9101) refuses a model it has no preset for (the one-model server of
+        # earlier images answered with its model: recorded in docs/verification/serving.md).
+        assert status == 400 and b"no-such-model" in data, data[:500]
+        del body["model"]
+        status, data = server.request("POST", "/v1/chat/completions", body)
+        print(f"no model: {status} {data[:300]!r}")
+        assert status == 400 and b"model" in data, data[:500]
         server.chat_ok()
 
     def test_huge_body_is_413(self, served, baseline):
@@ -272,7 +298,8 @@ class TestBadInput:
         # peak memory grows ~80x the prompt's size (docs/verification/serving.md: 16 MiB ->
         # 1.3 GiB peak): kept small here, reported.
         text = "lorem ipsum dolor sit amet " * (1024 * 1024 // 27)
-        body = {"messages": [{"role": "user", "content": text}], "max_tokens": 4}
+        messages = [{"role": "user", "content": text}]
+        body = {"model": MODEL_NAME, "messages": messages, "max_tokens": 4}
         status, data = server.request("POST", "/v1/chat/completions", body, timeout=300)
         assert status == 400, data[:500]
         assert json.loads(data)["error"]["type"] == "exceed_context_size_error"
@@ -283,6 +310,7 @@ class TestBadInput:
         offset = len(server.log.read_bytes())
         max_tokens = 400  # the slot has 512 tokens: room for all of them after the prompt
         body = {
+            "model": MODEL_NAME,
             "messages": [{"role": "user", "content": "Tell a long story."}],
             "max_tokens": max_tokens,
             "stream": True,
@@ -294,11 +322,12 @@ class TestBadInput:
             headers={"Authorization": f"Bearer {server.api_key}",
                      "Content-Type": "application/json"},
         )  # fmt: skip
+        sock = conn.sock  # the router's streamed answer may leave conn.sock to the response
         res = conn.getresponse()
         assert res.status == 200
         first = res.readline()
         assert first.startswith(b"data: "), first
-        conn.sock.shutdown(socket.SHUT_RDWR)  # gone mid-stream, without reading the rest
+        sock.shutdown(socket.SHUT_RDWR)  # gone mid-stream, without reading the rest
         conn.close()
         deadline = time.monotonic() + 60
         while _metrics(server).get("requests_processing", 1) != 0:
@@ -316,7 +345,7 @@ class TestBadInput:
 
     def test_memory_stayed_bounded(self, served, baseline):
         server, _ = served
-        rss, hwm = rss_kib(server.proc.pid)
+        rss, hwm = server.rss_kib()
         print(
             f"server RSS: {baseline[0] // 1024} MiB after warm-up, {rss // 1024} MiB after the "
             f"bad input (peak {hwm // 1024} MiB)"

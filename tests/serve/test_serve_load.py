@@ -78,16 +78,23 @@ def test_bounded_concurrent_load_over_the_slots(served):
         peak = max(peak, in_flight)
     # Slots busy at one moment, from llama-server's own log (the tasks started in this window;
     # a line of the request before may still come after the offset).
-    log = server.log.read_bytes()[offset:].decode(errors="replace")
-    busy, busy_peak, started, done = 0, 0, set(), set()
-    for m in re.finditer(r"\| task (\d+) \| (processing task|stop processing)", log):
-        if m.group(2) == "processing task":
-            started.add(m.group(1))
-            busy += 1
-        elif m.group(1) in started:
-            done.add(m.group(1))
-            busy -= 1
-        busy_peak = max(busy_peak, busy)
+    # The model's llama-server logs through the router's pipe: its last lines may come a moment
+    # after the last answer.
+    deadline = time.monotonic() + 30
+    while True:
+        log = server.log.read_bytes()[offset:].decode(errors="replace")
+        busy, busy_peak, started, done = 0, 0, set(), set()
+        for m in re.finditer(r"\| task (\d+) \| (processing task|stop processing)", log):
+            if m.group(2) == "processing task":
+                started.add(m.group(1))
+                busy += 1
+            elif m.group(1) in started:
+                done.add(m.group(1))
+                busy -= 1
+            busy_peak = max(busy_peak, busy)
+        if len(done) >= LOAD_REQUESTS or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     print(
         f"load: {LOAD_REQUESTS} requests x {LOAD_TOKENS} tokens on 2 slots in {wall:.2f} s; "
         f"latency p50 {p50:.2f} s, p95 {p95:.2f} s, max {lat[-1]:.2f} s; "

@@ -49,9 +49,11 @@ def test_sigkill_then_the_same_command_serves_again(tmp_path_factory):
     try:
         plan = json.loads(info["settings_file"].read_text())
         argv = plan["command"]
-        assert plan["settings"]["placement"]["value"] == "gpu"
-        assert argv[argv.index("-dev") + 1] == "Vulkan0" and argv[argv.index("-ngl") + 1] == "99"
-        assert plan["settings"]["ubatch"]["value"] == 64  # the synthetic sweep's best
+        derived = plan["models"]["reference"]["settings"]
+        assert derived["placement"]["value"] == "gpu"
+        assert derived["ubatch"]["value"] == 64  # the synthetic sweep's best
+        presets = info["presets"].read_text()
+        assert "\ndevice = Vulkan0\n" in presets and "\nn-gpu-layers = 99\n" in presets
         log = server.tail(200_000)
         assert device in log and "offloaded 3/3 layers to GPU" in log, log[-3000:]
         first = _ask(server)
