@@ -138,3 +138,19 @@ def respond(
     lines.append("Connection: close")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     srv.send(head + (body if cut is None else body[:cut]))
+
+
+def file_script(data: bytes, *, etag: str = '"v1"', cut_first_at: int | None = None):
+    """A server with Range and If-Range, as a CDN answers; the first answer optionally cut."""
+
+    def script(n, req, srv):
+        rng = req.headers.get("range")
+        if rng and req.headers.get("if-range") == etag:
+            start = int(rng.removeprefix("bytes=").rstrip("-"))
+            head = [("ETag", etag), ("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")]
+            respond(srv, 206, head, data[start:])
+            return
+        cut = cut_first_at if n == 1 else None
+        respond(srv, 200, [("ETag", etag)], data, cut=cut, length_value=len(data))
+
+    return script

@@ -39,6 +39,7 @@ RECIPES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm"
 LLM_FILES = RECIPES / "rocky-llm/files"
 SELFTEST_FILES = RECIPES / "rocky-selftest/files"
 UNIT = LLM_FILES / "rocky-llm.service"
+OLLAMA_UNIT = LLM_FILES / "rocky-llm-ollama.service"
 KEYS_UNIT = LLM_FILES / "rocky-llm-keys.service"
 WRAPPER = "/usr/bin/rocky-llm"
 LIB_DIR = "/usr/share/rocky-selftest"  # where the wrapper imports rocky_selftest from
@@ -224,6 +225,7 @@ class Server:
     api_key: str
     proc: subprocess.Popen | None = None
     starts: list[float] = field(default_factory=list)
+    health: str = "/health"  # answers 200 without a key once the server is ready
 
     def start(self, timeout: float = 300) -> None:
         with self.log.open("ab") as fh:
@@ -237,13 +239,13 @@ class Server:
             if self.proc.poll() is not None:
                 raise AssertionError(f"the server exited {self.proc.returncode}:\n{self.tail()}")
             try:
-                status, _ = self.request("GET", "/health", key=None, timeout=10)
+                status, _ = self.request("GET", self.health, key=None, timeout=10)
                 if status == 200:
                     break
             except OSError:
                 pass
             if time.monotonic() - t0 > timeout:
-                raise AssertionError(f"no /health 200 after {timeout} s:\n{self.tail()}")
+                raise AssertionError(f"no {self.health} 200 after {timeout} s:\n{self.tail()}")
             time.sleep(0.5)
         self.starts.append(time.monotonic() - t0)
 
@@ -342,18 +344,25 @@ class Server:
 
 
 def start_unit_server(
-    tmp: Path, bin_dir: str, model: Path, *, gpu: bool, extra_env: dict[str, str] | None = None
+    tmp: Path,
+    bin_dir: str,
+    model: Path,
+    *,
+    gpu: bool,
+    extra_env: dict[str, str] | None = None,
+    **config_values,
 ) -> tuple[Server, dict]:
-    """Keys, config, credentials, then ExecStart; returns the running server and what was
-    made (paths and the key)."""
+    """Keys, config (with `config_values`), credentials, then ExecStart; returns the running
+    server and what was made (paths, the key, the wrapper's argv prefix)."""
     prefix = install_layer_copy(tmp)
     port = free_port()
     synthetic_result(tmp / "results", gpu=gpu)
-    config = write_serve_config(tmp, bin_dir, model, port)
+    config = write_serve_config(tmp, bin_dir, model, port, **config_values)
     key_dir, cred_dir = tmp / "keys", tmp / "credentials"
     made = make_keys(prefix, config, key_dir)
     assert made.returncode == 0, made.stdout + made.stderr
     load_credentials(key_dir, cred_dir)
+    (tmp / "models").mkdir(exist_ok=True)  # the units' StateDirectory=rocky-llm/models
     from rocky_selftest.serve_keys import read_api_key
 
     api_key = read_api_key(str(key_dir))
@@ -371,18 +380,36 @@ def start_unit_server(
         "settings_file": settings_file,
         "presets": tmp / "models.ini",
         "keys_output": made.stdout,
+        "prefix": prefix,
     }
     return server, info
 
 
+def start_ollama_unit(server: Server, info: dict, port: int) -> Server:
+    """rocky-llm-ollama.service's ExecStart beside a running unit server: the same config
+    (whose ollama_port is `port`), credentials and settings file."""
+    argv = unit_argv(
+        OLLAMA_UNIT, info["prefix"], info["config"], "--settings-file", str(info["settings_file"])
+    )
+    assert argv[-1] == "ollama", argv
+    env = {**os.environ, "CREDENTIALS_DIRECTORY": str(info["cred_dir"])}
+    log = server.log.with_name("ollama.log")
+    proxy = Server(argv, env, log, port, server.ctx, server.api_key, health="/")
+    proxy.start(timeout=60)
+    return proxy
+
+
 @contextmanager
-def unit_server(tmp_path_factory, name: str, bin_dir: Path) -> Iterator[tuple]:
-    """The unit's server on the tiny model, CPU placement, for one test module: (server, info,
-    its temp dir); stopped at the end, its log path printed."""
+def unit_server(
+    tmp_path_factory, name: str, bin_dir: Path, model: Path | None = None, **config_values
+) -> Iterator[tuple]:
+    """The unit's server on `model` (default: the tiny model), CPU placement, for one test
+    module: (server, info, its temp dir); stopped at the end, its log path printed."""
     from tests.helpers.selftest import make_tiny_model
 
     tmp = tmp_path_factory.mktemp(name)
-    server, info = start_unit_server(tmp, bin_dir, make_tiny_model(tmp_path_factory), gpu=False)
+    model = model or make_tiny_model(tmp_path_factory)
+    server, info = start_unit_server(tmp, bin_dir, model, gpu=False, **config_values)
     try:
         yield server, info, tmp
     finally:

@@ -17,7 +17,7 @@ import pytest
 from rocky_selftest import model_fetch
 from rocky_selftest.model_store import Store, StoreError, name_from_source
 
-from tests.helpers.fetch_server import RawServer, respond
+from tests.helpers.fetch_server import RawServer, file_script, respond
 from tests.helpers.selftest import make_tiny_model
 
 FAST = {"retries": 2, "backoff_s": 0.01, "stall_s": 5.0, "max_time_s": 60.0}
@@ -39,22 +39,6 @@ def store(tmp_path) -> Store:
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def file_script(data: bytes, *, etag: str = '"v1"', cut_first_at: int | None = None):
-    """A server with Range and If-Range, as a CDN answers; the first answer optionally cut."""
-
-    def script(n, req, srv):
-        rng = req.headers.get("range")
-        if rng and req.headers.get("if-range") == etag:
-            start = int(rng.removeprefix("bytes=").rstrip("-"))
-            head = [("ETag", etag), ("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")]
-            respond(srv, 206, head, data[start:])
-            return
-        cut = cut_first_at if n == 1 else None
-        respond(srv, 200, [("ETag", etag)], data, cut=cut, length_value=len(data))
-
-    return script
 
 
 def pull(store: Store, url: str, data: bytes, name: str = "tiny2", **kw):

@@ -91,7 +91,8 @@ def test_the_unit_command_execs_llama_server_with_the_derived_settings(served):
     assert plan["default"] == MODEL_NAME == plan["loaded_at_start"]
     assert plan["models"][MODEL_NAME]["settings"]["placement"]["value"] == "cpu"
     presets = configparser.ConfigParser()
-    presets.read_string("[top]\n" + info["presets"].read_text())  # a global "version" line
+    presets.read_string(info["presets"].read_text())
+    assert presets.sections() == ["*", MODEL_NAME]  # the global section holds only the version
     section = presets[MODEL_NAME]
     assert section["n-gpu-layers"] == "0" and section["device"] == "none"
     assert section["parallel"] == "2"
@@ -101,7 +102,8 @@ def test_the_unit_command_execs_llama_server_with_the_derived_settings(served):
     # The real router read them: the model is listed as loaded with those arguments.
     status, data = server.request("GET", "/models")
     assert status == 200, data[:300]
-    (model,) = [m for m in json.loads(data)["data"] if m["id"] == MODEL_NAME]
+    (model,) = json.loads(data)["data"]  # the store's one model, no other preset
+    assert model["id"] == MODEL_NAME
     assert model["status"]["value"] == "loaded", model
     child = model["status"]["args"]  # the child llama-server's argv, as the router ran it
     for flag, val in [("--n-gpu-layers", "0"), ("--device", "none"), ("--ctx-size", "1024"),

@@ -54,9 +54,10 @@ def test_sigkill_then_the_same_command_serves_again(tmp_path_factory):
         assert derived["ubatch"]["value"] == 64  # the synthetic sweep's best
         presets = info["presets"].read_text()
         assert "\ndevice = Vulkan0\n" in presets and "\nn-gpu-layers = 99\n" in presets
+        first = _ask(server)
+        # After the first answer: the router is healthy before its default model has loaded.
         log = server.tail(200_000)
         assert device in log and "offloaded 3/3 layers to GPU" in log, log[-3000:]
-        first = _ask(server)
         fingerprint = served_fingerprint(server.port)
         assert fingerprint == cert_fingerprint(str(info["cert"]))
         pid = server.proc.pid

@@ -31,7 +31,7 @@ from typing import Any
 from . import paths, router
 from .gguf import GgufError, model_shape, read_metadata
 from .model_store import Model, StoreError, check_name
-from .serve_client import MAX_BODY, MAX_LINE, MAX_STREAM, Api, loads
+from .serve_client import MAX_BODY, MAX_LINE, MAX_STREAM, Api, ClientError, loads
 from .serve_keys import read_api_key
 from .settings import Settings
 from .terminal import clean_line
@@ -406,16 +406,22 @@ class Handler(BaseHTTPRequestHandler):
         try:
             handler()
         except ApiError as err:
-            if not getattr(self, "_streaming", False):
-                self._send(err.status, {"error": str(err)})
-            else:  # Ollama's clients raise on a line with "error"
-                self.close_connection = True
-                self._line({"error": str(err)})
-                self._end_stream()
+            self._fail(err.status, str(err))
         except (TimeoutError, BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except (ClientError, router.RouterError, OSError) as err:  # never a dropped connection
+            _log(f"{self.command} {path}: {type(err).__name__}: {err}")
+            self._fail(500, f"the request failed: {clean_line(str(err), 300)}")
         finally:
             self.server.slots.release()
+
+    def _fail(self, status: int, message: str) -> None:
+        if not getattr(self, "_streaming", False):
+            self._send(status, {"error": message})
+        else:  # Ollama's clients raise on a line with "error"
+            self.close_connection = True
+            self._line({"error": message})
+            self._end_stream()
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's names
         self._route("GET")
@@ -499,7 +505,7 @@ class Handler(BaseHTTPRequestHandler):
                 req["messages"] = msgs + [{"role": "user", "content": prompt}]
                 path = "/v1/chat/completions"
             if not prompt:  # Ollama: an empty prompt loads the model and answers done
-                self.server.api.json_call("POST", "/models/load", {"model": model.name}, 600)
+                self._load(model.name)
                 self._send(200, {"model": body["model"], "created_at": _now(), "response": "",
                                  "done": True, "done_reason": "load"})  # fmt: skip
                 return
@@ -509,6 +515,13 @@ class Handler(BaseHTTPRequestHandler):
                              "done_reason": "load"})  # fmt: skip
             return
         self._relay(endpoint, body["model"], path, req, stream)
+
+    def _load(self, name: str) -> None:
+        try:
+            self.server.api.json_call("POST", "/models/load", {"model": name}, 600)
+        except ClientError as err:
+            if "already running" not in str(err):  # b9101's 400 for a loaded model
+                raise ApiError(500, f"the model server could not load {name}: {err}") from None
 
     def _relay(
         self, endpoint: str, shown: str, path: str, req: dict[str, Any], stream: bool
@@ -569,7 +582,6 @@ class Handler(BaseHTTPRequestHandler):
         ref = body.get("model") or body.get("name")
         if not isinstance(ref, str) or not ref:
             raise ApiError(400, "model is required")
-        name = model_name(ref)
         missing = [k for k in ("url", "sha256", "license") if not body.get(k)]
         if missing:
             raise ApiError(400, (
@@ -578,6 +590,7 @@ class Handler(BaseHTTPRequestHandler):
                 "\"license\": TEXT}) or run `sudo rocky-llm pull URL --sha256 HEX --license "
                 "TEXT` on the board"
             ))  # fmt: skip
+        name = model_name(ref)
         stream = body.get("stream", True) is not False
         last = [0.0]
 
@@ -614,6 +627,9 @@ class Handler(BaseHTTPRequestHandler):
     def delete(self) -> None:
         body = checked(self._body(), "delete")
         model = self._model(body)
+        cut = router.drain(self.server.api, model.name) if model.pulled else ""
+        if cut:
+            _log(cut)
         try:
             self.server.store().remove(model.name)
         except StoreError as err:

@@ -92,13 +92,19 @@ def _store(s) -> Store:
     return router.store_for(s)
 
 
-def _tell_server(s, args: argparse.Namespace) -> None:
-    api = None
-    if s.serve_listen != "off":
-        try:
-            api = router.local_api(s, args.key_dir)
-        except (ServeKeyError, OSError) as err:
-            print(_clean(f"cannot reach the server ({err})"), file=sys.stderr)
+def _server_api(s, args: argparse.Namespace):
+    """The running server as this board's client, or None (off, or its key unreadable)."""
+    if s.serve_listen == "off":
+        return None
+    try:
+        return router.local_api(s, args.key_dir)
+    except (ServeKeyError, OSError) as err:
+        print(_clean(f"cannot reach the server ({err})"), file=sys.stderr)
+        return None
+
+
+def _tell_server(s, args: argparse.Namespace, api=None) -> None:
+    api = api or _server_api(s, args)
     print(_clean(router.sync(s, api, args.settings_file)))
 
 
@@ -151,9 +157,15 @@ def cmd_use(args: argparse.Namespace) -> int:
 
 def cmd_rm(args: argparse.Namespace) -> int:
     s = load_settings(args.config)
-    model = _store(s).remove(args.name)
+    store = _store(s)
+    api = _server_api(s, args)
+    if store.get(args.name).pulled:  # (the image's models stay: remove says so below)
+        cut = router.drain(api, args.name)  # its requests in flight finish first
+        if cut:
+            print(_clean(cut), file=sys.stderr)
+    model = store.remove(args.name)
     print(_clean(f"removed {model.name} ({model.size} bytes)"))
-    _tell_server(s, args)
+    _tell_server(s, args, api)
     return 0
 
 

@@ -64,8 +64,12 @@ PRESETS: dict[str, ModelShape] = {
 }
 
 
-def build_vocab(vocab_size: int) -> tuple[list[str], list[float], list[int]]:
-    """A SentencePiece-style vocab: specials, 256 byte tokens, then word pieces with scores."""
+def build_vocab(
+    vocab_size: int, text_only: bool = False
+) -> tuple[list[str], list[float], list[int]]:
+    """A SentencePiece-style vocab: specials, 256 byte tokens, then word pieces with scores.
+    `text_only`: the byte tokens typed NORMAL, so they read as their "<0xNN>" spelling and any
+    output is valid UTF-8 (for clients that cannot ban tokens, e.g. Ollama's)."""
     from gguf import TokenType
 
     n_fixed = len(SPECIAL_TOKENS) + N_BYTE_TOKENS
@@ -73,7 +77,7 @@ def build_vocab(vocab_size: int) -> tuple[list[str], list[float], list[int]]:
         raise UserError(f"vocab_size {vocab_size} is too small: use at least {n_fixed + 1}")
     tokens = list(SPECIAL_TOKENS) + [f"<0x{b:02X}>" for b in range(N_BYTE_TOKENS)]
     types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL]
-    types += [TokenType.BYTE] * N_BYTE_TOKENS
+    types += [TokenType.NORMAL if text_only else TokenType.BYTE] * N_BYTE_TOKENS
     scores = [0.0] * n_fixed
     pieces: list[str] = [SPM_SPACE]
     pieces += [SPM_SPACE + c for c in ALPHABET] + list(ALPHABET)
@@ -139,8 +143,10 @@ def write_test_model(
     vocab_size: int,
     ftype: str = "f16",
     seed: int = 0,
+    text_only: bool = False,
 ) -> Path:
-    """Write a random-weight llama GGUF to `path` (atomically) and return the path."""
+    """Write a random-weight llama GGUF to `path` (atomically) and return the path
+    (`text_only`: see build_vocab)."""
     import gguf
 
     shape = ModelShape(n_layer, n_embd, n_ff, n_head, n_head_kv, vocab_size, ftype)
@@ -164,7 +170,7 @@ def write_test_model(
     writer.add_file_type(FTYPES[ftype])
     writer.add_vocab_size(vocab_size)
 
-    tokens, scores, types = build_vocab(vocab_size)
+    tokens, scores, types = build_vocab(vocab_size, text_only)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
@@ -254,6 +260,7 @@ def write_preset(
     n_layer: int | None = None,
     llama_quantize: str | os.PathLike[str] | None = None,
     quant_type: str | None = None,
+    text_only: bool = False,
 ) -> Path:
     """Write a preset model; with `llama_quantize`, quantize an F16 write to `quant_type`
     (default: the preset's own k-quant layout, else Q4_K_M)."""
@@ -265,10 +272,10 @@ def write_preset(
                 f"preset {preset!r} is {quant}, which gguf-py cannot write: pass a llama-quantize "
                 "binary (--llama-quantize), e.g. one built from the pinned tree"
             )
-        return write_test_model(path, seed=seed, **params)
+        return write_test_model(path, seed=seed, text_only=text_only, **params)
     params["ftype"] = "f16"
     with tempfile.TemporaryDirectory(dir=path.parent if path.parent.exists() else None) as tmp:
-        f16 = write_test_model(Path(tmp) / "f16.gguf", seed=seed, **params)
+        f16 = write_test_model(Path(tmp) / "f16.gguf", seed=seed, text_only=text_only, **params)
         return quantize_model(llama_quantize, f16, path, quant_type or quant or "Q4_K_M")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import ssl
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -42,6 +43,7 @@ PRESET_KEYS = {"-ngl": "n-gpu-layers", "-dev": "device"}
 STOP_TIMEOUT_S = 30
 MAX_MODELS = 64
 RELOAD_TIMEOUT_S = 60
+DRAIN_TIMEOUT_S = 120  # how long `rocky-llm rm` waits for the model's requests in flight
 
 
 class RouterError(Exception):
@@ -133,8 +135,11 @@ def plan(
 
 
 def preset_ini(router: dict[str, Any]) -> str:
-    """The router's --models-preset file: one section per model."""
-    lines = ["version = 1", ""]
+    """The router's --models-preset file: one section per model. b9101 makes keys above the
+    first section a model preset named "default" (with no model): the format's version goes
+    into the global section, [*]."""
+    lines = ["; made by rocky-llm from the board's measurements; rewritten at every change"]
+    lines += ["[*]", "version = 1", ""]
     for name, p in router["models"].items():
         mode, ub = value(p, "placement"), value(p, "ubatch")
         ctx, slots = value(p, "context_per_slot"), value(p, "parallel")
@@ -195,33 +200,106 @@ def local_api(s: Settings, secrets_dir: str) -> Api:
     return Api("127.0.0.1", s.serve_port, key, tls)
 
 
+def _recorded(settings_file: str) -> dict[str, Any]:
+    """What the running server recorded at its start (settings.json), {} if unreadable."""
+    try:
+        doc = read_json(settings_file, 1 << 20)
+    except (OSError, UnreadableFile):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def started_with(settings_file: str) -> str | None:
     """The model the running server loaded at its start (settings.json), if recorded."""
-    try:
-        recorded = read_json(settings_file, 1 << 20).get("loaded_at_start")
-    except (OSError, UnreadableFile, AttributeError):
-        return None
+    recorded = _recorded(settings_file).get("loaded_at_start")
     return recorded if isinstance(recorded, str) else None
+
+
+def started_max(settings_file: str) -> int | None:
+    """The running router's --models-max (fixed at its start), if recorded."""
+    item = _recorded(settings_file).get("models_max")
+    n = item.get("value") if isinstance(item, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_MODELS else None
+
+
+def _states(api: Api) -> dict[str, str]:
+    """The router's models and their states (b9101: GET /models), re-reading the presets."""
+    listed = api.json_call("GET", "/models?reload=1", None, RELOAD_TIMEOUT_S)
+    out = {}
+    for m in listed.get("data", []) if isinstance(listed, dict) else []:
+        if isinstance(m, dict) and isinstance(m.get("id"), str):
+            state = m.get("status", {}).get("value") if isinstance(m.get("status"), dict) else ""
+            out[m["id"]] = state if isinstance(state, str) else ""
+    return out
+
+
+def busy_requests(api: Api, name: str) -> int:
+    """Requests on a loaded model, running or queued for a slot (its llama-server's
+    llamacpp:requests_processing and requests_deferred); 0 when it is not loaded (asking an
+    unloaded model's /metrics would load it)."""
+    if _states(api).get(name) != "loaded":
+        return 0
+    status, data = api.call("GET", f"/metrics?model={name}", None, 30)
+    if status != 200:
+        return 0
+    n = 0
+    for line in data.decode("utf-8", "replace").splitlines():
+        key, _, rest = line.partition(" ")
+        if key in ("llamacpp:requests_processing", "llamacpp:requests_deferred"):
+            try:
+                n += max(0, min(int(float(rest)), 1 << 20))
+            except ValueError:
+                pass
+    return n
+
+
+def drain(api: Api | None, name: str, timeout_s: float = DRAIN_TIMEOUT_S) -> str:
+    """Before a model is removed: wait (bounded) for its requests to finish, since b9101 ends
+    a stopped model's streams at once. What happened, in words ("" when none were running)."""
+    if api is None:
+        return ""
+    t0 = time.monotonic()
+    try:
+        first = n = busy_requests(api, name)
+        while n > 0:
+            if time.monotonic() - t0 > timeout_s:
+                return f"{n} request(s) on {name} still running after {timeout_s:.0f} s: ended"
+            time.sleep(0.25)
+            n = busy_requests(api, name)
+    except (ClientError, AttributeError):
+        return ""
+    if not first:
+        return ""
+    return f"waited {time.monotonic() - t0:.1f} s for {first} request(s) on {name} to finish"
 
 
 def sync(s: Settings, api: Api | None, settings_file: str = paths.LLM_SETTINGS) -> str:
     """After a pull, rm or use: the preset file made anew, and the running router told to read
     it (b9101: GET /models?reload=1). b9101 stops a running child whose preset changed, so a
     running model's section must stay as it was: the load-on-startup mark stays where the
-    server's start put it, and a new default is loaded with /models/load instead (the mark
-    moves at the next start). A removed model's child is stopped. What happened, in words."""
+    server's start put it, and a new default is loaded with /models/load when the router has
+    room for it (loading it at models_max would unload a model that may be answering). A
+    removed model's child is stopped. What happened, in words."""
     router = plan(s, loaded_at_start=started_with(settings_file))
     write_presets(s, router)
     if s.serve_listen == "off" or api is None:
         return "the server is off; the models are ready for its next start"
+    running_max = started_max(settings_file)
+    default = router["default"]
     try:
-        listed = api.json_call("GET", "/models?reload=1", None, RELOAD_TIMEOUT_S)
-        models = [m for m in listed.get("data", []) if isinstance(m, dict)]
-        default = next((m for m in models if m.get("id") == router["default"]), None)
-        state = default.get("status", {}).get("value") if default else None
-        if default and state not in ("loaded", "loading"):
-            api.json_call("POST", "/models/load", {"model": router["default"]}, RELOAD_TIMEOUT_S)
+        states = _states(api)
+        running = [n for n, st in states.items() if st in ("loaded", "loading")]
+        room = running_max is not None and len(running) < running_max
+        if default in states and default not in running and room:
+            api.json_call("POST", "/models/load", {"model": default}, RELOAD_TIMEOUT_S)
     except (ClientError, AttributeError) as err:
         return f"the server did not take the change now ({err}); it will at its next start"
-    names = ", ".join(str(m.get("id")) for m in models)
-    return f"the server now offers: {names} (default {router['default']})"
+    words = [f"the server now offers: {', '.join(states)} (default {default})"]
+    wanted = router["models_max"]["value"]
+    if running_max is not None and wanted > running_max:
+        words.append(
+            f"{wanted} models fit in RAM at once but the server keeps {running_max} (set at its "
+            "start): `sudo systemctl restart rocky-llm` to raise it; until then a request for "
+            "another model unloads the least recently used one"
+        )
+    return "; ".join(words)
