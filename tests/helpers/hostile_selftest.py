@@ -376,7 +376,7 @@ KIND_OF_TYPE = {
     "dict[str, float]": "dict[str,float]",
 }
 # Empty is a legal value here ("none" / "the default"); for every other string it is refused.
-EMPTY_OK = {"motd_path", "serve_model_path", "llama_server"}
+EMPTY_OK = {"motd_path", "serve_model_path", "llama_server", "spec_draft_model_path"}
 EXTRA = {
     "sweep_modes": ["[]", '["tuned", "gpu"]'],
     "serve_listen": ['"wan"'],

@@ -85,9 +85,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def synthetic_result(results_dir: Path, gpu: bool) -> Path:
+def synthetic_result(results_dir: Path, gpu: bool, **sections) -> Path:
     """A self-test result.json as the board would leave it: with `gpu`, every GPU check passed
-    and the GPU wins the placement; without, the GPU checks failed (the server picks the CPU)."""
+    and the GPU wins the placement; without, the GPU checks failed (the server picks the CPU).
+    `sections`: more of it (e.g. speculative), as given."""
     status = "PASS" if gpu else "FAIL"
     doc = {
         "schema": RESULT_SCHEMA,
@@ -107,6 +108,7 @@ def synthetic_result(results_dir: Path, gpu: bool) -> Path:
                 "cpu": {"status": "PASS", "pp_tps": 50.0, "tg_tps": 20.0},
             }
         },
+        **sections,
     }
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / "result.json"
@@ -350,13 +352,14 @@ def start_unit_server(
     *,
     gpu: bool,
     extra_env: dict[str, str] | None = None,
+    result_sections: dict | None = None,
     **config_values,
 ) -> tuple[Server, dict]:
     """Keys, config (with `config_values`), credentials, then ExecStart; returns the running
     server and what was made (paths, the key, the wrapper's argv prefix)."""
     prefix = install_layer_copy(tmp)
     port = free_port()
-    synthetic_result(tmp / "results", gpu=gpu)
+    synthetic_result(tmp / "results", gpu=gpu, **(result_sections or {}))
     config = write_serve_config(tmp, bin_dir, model, port, **config_values)
     key_dir, cred_dir = tmp / "keys", tmp / "credentials"
     made = make_keys(prefix, config, key_dir)

@@ -138,7 +138,7 @@ def test_the_server_steps_read_the_run_so_far(result):
     both servers)."""
     _, doc, _ = result
     checks = _checks(doc)
-    assert list(checks)[-2:] == ["placement", "serving"]
+    assert list(checks)[-3:] == ["placement", "serving", "speculative"]
     place = doc["placement"]
     assert checks["placement"]["status"] == "FAIL"
     assert "gpu_driver" in checks["placement"]["evidence"] and place["chosen"] == "cpu"

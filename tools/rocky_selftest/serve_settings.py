@@ -17,6 +17,8 @@ from .outcome import peek_result
 from .placement import MODE_FLAGS, SAFE_MODE, choose
 from .results import write_atomic
 from .settings import Settings
+from .speculation import choose as choose_speculation
+from .speculation import mode_flags as speculation_flags
 from .tune_files import TuneFileError, read_choice
 from .tune_spec import ENV_VAR
 
@@ -137,6 +139,8 @@ def derive(s: Settings, meminfo: str = "/proc/meminfo", doc: Any = _ON_DISK) -> 
     except TuneFileError as err:
         tiles, tiles_why = None, f"tuned tiles ignored ({err}): the built-in Mali tiles"
     ctx, slots, mem_why = memory_plan(s, mem_total_bytes(meminfo))
+    section = doc.get("speculative") if isinstance(doc, dict) else None
+    spec, spec_why = choose_speculation(section, s.served_model)
     warnings = []
     if mode == SAFE_MODE and not ok:
         warnings.append(f"serving on the CPU, not the GPU: {gpu_why}")
@@ -151,6 +155,7 @@ def derive(s: Settings, meminfo: str = "/proc/meminfo", doc: Any = _ON_DISK) -> 
             "parallel": {"value": slots, "reason": mem_why},
             "listen": {"value": s.serve_listen, "reason": "serve.listen in rocky-vulkan.yaml"},
             "model": {"value": s.served_model, "reason": f"serve.model: {s.serve_model_name}"},
+            "speculative": {"value": spec, "reason": spec_why},
         },
         "warnings": warnings,
     }
@@ -158,6 +163,12 @@ def derive(s: Settings, meminfo: str = "/proc/meminfo", doc: Any = _ON_DISK) -> 
 
 def value(plan: dict[str, Any], name: str) -> Any:
     return plan["settings"][name]["value"]
+
+
+def speculative(plan: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan's speculative mode; None in a plan made before there was one."""
+    item = plan["settings"].get("speculative")
+    return item["value"] if item else None
 
 
 def server_command(
@@ -175,6 +186,7 @@ def server_command(
     argv += list(MODE_FLAGS[mode])
     if mode == "gpu":
         argv += ["-dev", s.gpu_device]  # a missing GPU fails loudly, never silently the CPU
+    argv += speculation_flags(speculative(plan), mode, s.gpu_device)
     argv += ["--api-key-file", os.path.join(credentials, paths.API_KEY_NAME)]
     if lan:
         argv += ["--ssl-key-file", os.path.join(credentials, paths.TLS_KEY_NAME)]

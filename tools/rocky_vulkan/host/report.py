@@ -26,6 +26,7 @@ from rocky_vulkan.host.result_doc import (
     load_result,
     serving_pairs,
 )
+from rocky_vulkan.host.spec_doc import spec_rows
 from rocky_vulkan.regularfile import shown
 
 __all__ = [
@@ -143,6 +144,7 @@ def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str,
         "output_match",
         "placement",
         "serving",
+        "speculative",
         "gpu_driver",
         "csf_firmware",
         "no_vendor_driver",
@@ -151,7 +153,7 @@ def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str,
     ):
         if name in checks:
             rows.append((name, checks[name]["evidence"], "", checks[name]["status"]))
-    rows += placement_rows(doc) + serving_rows(doc)
+    rows += placement_rows(doc) + serving_rows(doc) + spec_rows(doc.get("speculative"))
     problems = doc.get("problems", [])
     for problem in problems[:MAX_BAD_ROWS]:
         rows.append(("malformed", problem, "", "BAD"))
@@ -417,7 +419,8 @@ def plot_serving(doc: dict[str, Any], out: Path) -> Path | None:
 
 # The checks a PASS needs as evidence, each present and PASS: all but the serving ones, which
 # the board skips when serve.listen is off.
-EVIDENCE_CHECKS = tuple(name for name in CHECK_ORDER if name not in ("placement", "serving"))
+SERVER_CHECKS = ("placement", "serving", "speculative")
+EVIDENCE_CHECKS = tuple(name for name in CHECK_ORDER if name not in SERVER_CHECKS)
 
 
 def missing_evidence(doc: dict[str, Any]) -> list[str]:

@@ -21,6 +21,7 @@ from rocky_selftest.sequence import CHECK_ORDER
 
 from rocky_vulkan.errors import UserError
 from rocky_vulkan.host.cts_doc import cts_section
+from rocky_vulkan.host.spec_doc import spec_section
 from rocky_vulkan.regularfile import NotReadable, read_regular, shown
 
 MODES = ("tuned", "stock", "cpu")
@@ -505,6 +506,7 @@ def check_result(doc: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[
         "tune": _tune(doc.get("tune"), c),
         "placement": _placement(doc.get("placement"), c),
         "serving": _serving(doc.get("serving"), c),
+        "speculative": spec_section(doc.get("speculative"), c),
         "cts": cts_section(doc.get("cts"), c),
         "driver": _driver(doc.get("driver"), c),
     }

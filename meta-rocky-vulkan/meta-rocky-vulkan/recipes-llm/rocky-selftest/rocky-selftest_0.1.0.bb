@@ -52,6 +52,8 @@ SRC_URI = "\
     file://rocky_selftest/serve_settings.py \
     file://rocky_selftest/serving.py \
     file://rocky_selftest/settings.py \
+    file://rocky_selftest/speculation.py \
+    file://rocky_selftest/speculation_bench.py \
     file://rocky_selftest/stack.py \
     file://rocky_selftest/terminal.py \
     file://rocky_selftest/tune.py \

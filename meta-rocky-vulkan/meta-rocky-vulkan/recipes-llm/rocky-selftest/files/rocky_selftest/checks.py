@@ -23,6 +23,7 @@ CHECK_ORDER = (
     "output_match",
     "placement",
     "serving",
+    "speculative",
 )
 
 

@@ -31,9 +31,11 @@ from .serve_settings import (
     RESERVE_BYTES,
     derive,
     mem_total_bytes,
+    speculative,
     value,
 )
 from .settings import Settings
+from .speculation import mode_flags as speculation_flags
 from .tune_spec import ENV_VAR
 
 # llama-server's flags as preset keys (the long names without dashes, as common/preset.cpp
@@ -64,13 +66,19 @@ def _model_settings(s: Settings, model: Model, meminfo: str, doc: Any) -> dict[s
 
 
 def _footprint(plan: dict[str, Any], model: Model) -> int:
-    """The model's bytes plus its KV cache at the planned context and slots."""
+    """The model's bytes plus its KV cache at the planned context and slots, and its draft
+    model's bytes (its own small KV cache is inside the reserve)."""
     try:
         per_token = model_shape(model.path).kv_bytes_per_token
     except (OSError, GgufError):
         per_token = 0
     tokens = value(plan, "context_per_slot") * value(plan, "parallel")
-    return model.size + tokens * per_token
+    spec = speculative(plan) or {}
+    try:
+        draft = os.stat(spec["draft_model"]).st_size if "draft_model" in spec else 0
+    except OSError:
+        draft = 0
+    return model.size + tokens * per_token + draft
 
 
 def models_max(footprints: list[int], mem_total: int | None) -> tuple[int, str]:
@@ -152,6 +160,9 @@ def preset_ini(router: dict[str, Any]) -> str:
             flags += ["-dev", router["gpu_device"]]
         for flag, val in zip(flags[::2], flags[1::2], strict=True):
             lines.append(f"{PRESET_KEYS[flag]} = {_ini_value(val)}")
+        spec = speculation_flags(speculative(p), mode, router["gpu_device"])
+        for flag, val in zip(spec[::2], spec[1::2], strict=True):
+            lines.append(f"{flag.removeprefix('--')} = {_ini_value(val)}")  # its long name
         lines.append(f"stop-timeout = {STOP_TIMEOUT_S}")
         if name == router["loaded_at_start"]:
             lines.append("load-on-startup = true")

@@ -14,6 +14,7 @@ from .outcome import base_doc, now
 from .placement_bench import placement
 from .serving import serving
 from .settings import Settings
+from .speculation_bench import speculative
 from .stack import (
     check_firmware,
     check_gpu_driver,
@@ -83,9 +84,11 @@ def run_selftest(
             return check
 
         guarded(name, one)
-    # The server's placement and what its users feel: both read the run so far (the GPU checks,
-    # the sweep, then the placement), as the board's server will read the saved result.
-    for name, step in (("placement", placement), ("serving", serving)):
+    # The server's placement, what its users feel and its decode mode: each reads the run so far
+    # (the GPU checks, the sweep, then the placement), as the board's server will read the saved
+    # result.
+    steps = (("placement", placement), ("serving", serving), ("speculative", speculative))
+    for name, step in steps:
 
         def measured(name=name, step=step) -> Check:
             if not model_there:

@@ -76,6 +76,9 @@ class Settings:
     serve_context_tokens: int = 8192
     serve_parallel: int = 2
     llama_server: str = ""  # empty: llama-server in bin_dir
+    # A draft model for speculative decoding (same vocabulary as the served model, much
+    # smaller); empty: only the draft-free n-gram modes are measured.
+    spec_draft_model_path: str = ""
     # Models pulled at run time (`rocky-llm pull`), the router's preset file made from them, and
     # the Ollama-compatible API's port (Ollama's own), which follows serve_listen.
     models_dir: str = paths.LLM_MODELS_DIR
@@ -140,8 +143,8 @@ FLOAT_RANGES = {
     "kld_max_mean": (0.0, 1.0, False, True),
     "kld_min_same_top_p": (0.0, 100.0, True, True),
 }
-# Strings that may be empty: no motd, the self-test's model, llama-server in bin_dir.
-EMPTY_OK = {"motd_path", "serve_model_path", "llama_server"}
+# Strings that may be empty: no motd, the self-test's model, llama-server in bin_dir, no draft.
+EMPTY_OK = {"motd_path", "serve_model_path", "llama_server", "spec_draft_model_path"}
 CHOICES = {"serve_listen": ("lan", "localhost", "off")}
 REQUIRED = ("model_path", "model_sha256", "ubatch_sizes")
 FIX = "fix it in rocky-vulkan.yaml and render again, or correct the file"
