@@ -150,3 +150,18 @@ def test_the_server_steps_read_the_run_so_far(result):
     else:
         assert runs["cpu"]["status"] == "FAIL" and "cannot start" in runs["cpu"]["reason"]
     assert checks["serving"]["status"] == "FAIL"
+
+
+def test_the_speculative_step_runs_in_the_whole_self_test(result):
+    """On the CPU placement the step still measures every draft-free mode against plain decode
+    (test_selftest_speculative_real.py covers the draft model and lavapipe)."""
+    _, doc, _ = result
+    check = _checks(doc)["speculative"]
+    section = doc["speculative"]
+    if not (Path(BIN_DIR) / "llama-server").exists():
+        assert check["status"] == "FAIL" and "plain decode was not measured" in check["evidence"]
+        return
+    assert set(section["modes"]) == {"off", "ngram-simple", "ngram-mod"}  # no draft configured
+    assert all(e["status"] == "PASS" for e in section["modes"].values()), section
+    assert check["status"] == "PASS" and section["reason"] in check["evidence"]
+    assert section["draft_model"] is None and "no draft model" in section["goal_why"]
