@@ -125,3 +125,26 @@ def test_models_must_be_a_list(tmp_path):
     path = write_config(tmp_path, [])
     path.write_text(path.read_text().replace("\nmodels: []\n", "\nmodels: {tiny: {}}\n", 1))
     assert "models: expected a list of models" in _refused(path)
+
+
+def test_a_draft_model_is_an_entry_with_a_licence_that_asks_for_nothing(tmp_path):
+    small = model(name="small", filename="small.gguf", license="Apache-2.0", license_flags="")
+    cfg = load_config(write_config(tmp_path, [model(), small], serve="tiny", draft="small"))
+    assert cfg.serve.draft_model == "small" and cfg.draft == cfg.models[1]
+    assert load_config(ROOT / "rocky-vulkan.yaml").draft is None
+
+
+@pytest.mark.parametrize(
+    ("draft", "serve", "expected"),
+    [
+        ("nope", "reference", "serve.draft_model: 'nope' is not an entry of models:"),
+        ("reference", "reference", "serve.draft_model: 'reference' is not an entry of models:"),
+        ("small", "small", "serve.draft_model: 'small' is the served model itself"),
+        ("tiny", "reference", "has license_flags 'llama-community'"),
+        ("Bad Name", "reference", "serve.draft_model"),
+    ],
+)
+def test_a_wrong_draft_model_is_refused_with_the_fix(tmp_path, draft, serve, expected):
+    small = model(name="small", filename="small.gguf", license="Apache-2.0", license_flags="")
+    path = write_config(tmp_path, [model(), small], serve=serve, draft=f"'{draft}'")
+    assert expected in _refused(path)

@@ -173,3 +173,13 @@ def test_bitbake_picks_the_licence_text_and_skips_the_image_until_accepted(tmp_p
         d = parsed(lines, DISTRO="rocky-vulkan", LICENSE_FLAGS_ACCEPTED=accepted)
         skip = d.getVarFlag("SKIP_RECIPE", "rocky-vulkan-image")
         assert skip.startswith(want) and bool(skip) == bool(want), (accepted, skip)
+
+
+def test_the_image_installs_the_draft_model_and_the_board_measures_it(tmp_path):
+    cfg = load_config(write_config(tmp_path, [APACHE], draft="small"))
+    files = {k: v.decode() for k, v in manifest.render_files(cfg).items()}
+    assert "    rocky-model \\\n    rocky-model-small \\\n" in files[IMAGE]
+    board = json.loads(files[BOARD])
+    assert board["spec_draft_model_path"] == "/usr/share/rocky-models/small.gguf"
+    plain = json.loads(render(tmp_path / "plain", [APACHE])[BOARD])
+    assert plain["spec_draft_model_path"] == ""

@@ -162,6 +162,8 @@ class Serve:
     request_generated_tokens: int
     context_tokens: int
     parallel: int
+    # A models: entry the self-test measures as the served model's draft (speculative decoding).
+    draft_model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,11 @@ class Config:
             if model.name == self.serve.model:
                 return model
         return None
+
+    @property
+    def draft(self) -> ExtraModel | None:
+        """The models: entry serve.draft_model names, or None."""
+        return next((m for m in self.models if m.name == self.serve.draft_model), None)
 
     @property
     def served_filename(self) -> str:
@@ -556,7 +563,29 @@ def _model_problems(data: dict[str, Any]) -> list[str]:
             f"serve.model: {served!r} is not a model of this config; use {REFERENCE_MODEL} "
             f"(the model: section){others}, or add an entry named {served!r} under models:"
         )
-    return problems
+    return problems + _draft_problems(data, models, served)
+
+
+def _draft_problems(data: dict[str, Any], models: list[dict], served: str) -> list[str]:
+    """serve.draft_model: a models: entry other than the served one, whose licence asks for no
+    acceptance (the image installs it; one LICENSE_FLAGS check, the served model's, is enough)."""
+    draft = data["serve"].get("draft_model")
+    if draft is None:
+        return []
+    entry = next((m for m in models if m["name"] == draft), None)
+    if entry is None:
+        return [
+            f"serve.draft_model: {draft!r} is not an entry of models:; add the draft model "
+            "(e.g. Qwen2.5-0.5B-Instruct for the Qwen2.5 reference) under models:, or set null"
+        ]
+    if draft == served:
+        return [f"serve.draft_model: {draft!r} is the served model itself; name a smaller one"]
+    if entry.get("license_flags"):
+        return [
+            f"serve.draft_model: {draft!r} has license_flags {entry['license_flags']!r}; a draft "
+            "model must have a licence that asks for no acceptance (license_flags: '')"
+        ]
+    return []
 
 
 # How many length-prefixed fields each key type's blob holds (RFC 4253, 5656, 8709; PROTOCOL.u2f).

@@ -323,14 +323,15 @@ def _fetch(
 
 def names_to_fetch(cfg: Config, names: list[str], every: bool) -> list[str]:
     """The models one `model fetch` gets: those named; with --all every model; with neither
-    what the image installs (the reference model and the one serve.model names)."""
+    what the image installs (the reference model, the one serve.model names, the draft)."""
     if every:
         return [REFERENCE_MODEL, *(m.name for m in cfg.models)]
     if names:
         for name in names:
             wanted(cfg, name)  # an unknown name fails before anything is downloaded
         return list(dict.fromkeys(names))
-    return list(dict.fromkeys([REFERENCE_MODEL, cfg.serve.model]))
+    draft = [cfg.serve.draft_model] if cfg.serve.draft_model else []
+    return list(dict.fromkeys([REFERENCE_MODEL, cfg.serve.model, *draft]))
 
 
 def _seconds(text: str) -> float:

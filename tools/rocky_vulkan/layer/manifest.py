@@ -302,14 +302,16 @@ def _extra_model_context(model: ExtraModel) -> dict:
 
 
 def _image_context(cfg: Config) -> dict:
-    """The image: its extra packages, and the model the server loads when it is not the
-    reference one (installed too; its LICENSE_FLAGS must be accepted like the reference's)."""
+    """The image: its extra packages, the model the server loads when it is not the reference
+    one (installed too; its LICENSE_FLAGS must be accepted like the reference's), and the
+    draft model for speculative decoding (serve.draft_model, a licence with no flags)."""
     served = cfg.served_model
     return {
         "image_packages": list(cfg.image.extra_packages),
         "served_model": served,
         "served_recipe": model_recipe(cfg.serve.model),
         "served_fragment": licence_fragment(served.name) if served else "",
+        "draft_recipe": model_recipe(cfg.draft.name) if cfg.draft else "",
     }
 
 
