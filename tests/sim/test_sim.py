@@ -249,6 +249,7 @@ def test_selftest_accepts_the_simulated_g610(root, tmp_path):
             "output_match",
             "placement",
             "serving",
+            "speculative",
         ],
     }
     (tmp_path / "config.json").write_text(json.dumps(config))
