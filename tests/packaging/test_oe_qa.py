@@ -90,9 +90,10 @@ def test_llama_cpp_tree_passes_oe_qa() -> None:
     p = trees.packaged("llama-cpp", ROOT, root, _build_paths(), RULES)
     findings = qa.run_all(p)
     print(_report(p, findings))
-    for tool in ("llama-server", "llama-cli", "llama-bench", "test-backend-ops"):
+    for tool in ("llama-server", "llama-cli", "llama-bench", "test-backend-ops", "rpc-server"):
         assert (root / "usr/bin" / tool).is_file(), f"{tool} not installed"
     assert p.split.owner["/usr/bin/llama-server"] == "llama-cpp-server"
+    assert p.split.owner["/usr/bin/rpc-server"] == "llama-cpp-rpc"
     assert any(pkg == "llama-cpp-dev" for _, pkg in p.files()), (
         "no -dev files: not the full install"
     )

@@ -124,6 +124,7 @@ def test_cmake_args_are_the_recipe_s(tmp_path: Path) -> None:
     assert "-DCMAKE_INSTALL_LIBDIR:PATH=lib" in args
     assert f"-DGGML_VULKAN_SHADERS_GEN_TOOLCHAIN={tmp_path}/host-toolchain.cmake" in args
     assert "-DLLAMA_BUILD_COMMIT=389ff61" in args and "-DLLAMA_BUILD_SERVER=ON" in args
+    assert "-DGGML_RPC=ON" in args  # rpc-server, a cluster worker
     assert not [a for a in args if "${" in a]
 
 
@@ -140,6 +141,7 @@ def _cmake_like_tree(d: Path, workdir: Path) -> Path:
                 "llama-server",
                 "llama-cli",
                 "test-backend-ops",
+                "rpc-server",
             )
         ],  # fmt: skip
         ("usr/bin/convert_hf_to_gguf.py", b"#!/usr/bin/env python3\n", 0o755),
@@ -190,6 +192,7 @@ def test_llama_cpp_install_append_on_a_cmake_like_tree(tmp_path: Path, recipe: s
         assert found == []
         assert p.split.owner["/usr/bin/llama-server"] == "llama-cpp-server"
         assert p.split.owner["/usr/bin/test-backend-ops"] == "llama-cpp-tests"
+        assert p.split.owner["/usr/bin/rpc-server"] == "llama-cpp-rpc"
         assert p.split.owner["/usr/lib/cmake/ggml/ggml-config.cmake"] == "llama-cpp-dev"
 
 

@@ -3,7 +3,8 @@
 SUMMARY = "LLM inference in C/C++ with the Vulkan backend (panvk on Mali-G610)"
 DESCRIPTION = "llama.cpp at release b9101, built with ggml's Vulkan \
                backend: llama-cli, llama-server (OpenAI-compatible API, web UI, HTTPS), \
-               llama-bench, llama-completion, llama-perplexity, llama-simple and test-backend-ops."
+               llama-bench, llama-completion, llama-perplexity, llama-simple, test-backend-ops \
+               and rpc-server (a cluster worker's GPU for another board's llama-server)."
 HOMEPAGE = "https://github.com/ggml-org/llama.cpp"
 BUGTRACKER = "https://github.com/ggml-org/llama.cpp/issues"
 SECTION = "libs"
@@ -35,6 +36,7 @@ EXTRA_OECMAKE = "\
     -DBUILD_SHARED_LIBS=ON \
     -DGGML_NATIVE=OFF \
     -DGGML_VULKAN=ON \
+    -DGGML_RPC=ON \
     -DGGML_VULKAN_SHADERS_GEN_TOOLCHAIN=${WORKDIR}/host-toolchain.cmake \
     -DLLAMA_BUILD_NUMBER=${LLAMA_BUILD_NUMBER} \
     -DLLAMA_BUILD_COMMIT=${@d.getVar('SRCREV')[:7]} \
@@ -59,9 +61,10 @@ do_configure:prepend() {
 }
 
 # The first-boot self-test runs these (llama-perplexity: its GPU-vs-CPU KL divergence check),
-# the serving unit runs llama-server. Fail the build here rather than on the board.
+# the serving unit runs llama-server, a cluster worker's unit rpc-server. Fail the build here
+# rather than on the board.
 do_install:append() {
-    for tool in llama-bench llama-perplexity llama-simple llama-server llama-cli; do
+    for tool in llama-bench llama-perplexity llama-simple llama-server llama-cli rpc-server; do
         test -x ${D}${bindir}/$tool || bbfatal "$tool was not installed; the board needs it"
     done
     # ggml-config.cmake records every GGML_* cache variable; GGML_VULKAN_SHADERS_GEN_TOOLCHAIN
@@ -78,7 +81,8 @@ do_install:append() {
     rm ${D}${bindir}/test-quant-type-selection
 }
 
-PACKAGES =+ "${PN}-server ${PN}-tests"
+PACKAGES =+ "${PN}-rpc ${PN}-server ${PN}-tests"
+FILES:${PN}-rpc += "${bindir}/rpc-server"
 FILES:${PN}-server += "${bindir}/llama-server"
 FILES:${PN}-tests += "${bindir}/test-*"
 RDEPENDS:${PN} = "vulkan-loader"
