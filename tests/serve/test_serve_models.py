@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,15 @@ def router_models(server) -> dict[str, str]:
     status, data = server.request("GET", "/models", timeout=30)
     assert status == 200, data[:300]
     return {m["id"]: m["status"]["value"] for m in json.loads(data)["data"]}
+
+
+def settled_models(server, timeout_s: float = 120) -> dict[str, str]:
+    """The router's model states once none is "loading": /models/load (sent by `rocky-llm use`)
+    returns when the child starts, not when its model is in memory."""
+    deadline = time.monotonic() + timeout_s
+    while "loading" in (states := router_models(server)).values() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return states
 
 
 def child_pid(server, name: str) -> int | None:
@@ -172,7 +182,7 @@ def test_use_loads_the_new_default_beside_a_request_in_flight(served):
     reading.join()
     assert reading.error is None and reading.usage["completion_tokens"] == 400, vars(reading)
     assert child_pid(server, "reference") == pid  # not restarted, not unloaded
-    assert router_models(server) == {"reference": "loaded", "second": "loaded"}
+    assert settled_models(server) == {"reference": "loaded", "second": "loaded"}
     assert rocky_llm(info, "list").stdout.splitlines()[1].startswith("* second ")
     # The load-on-startup mark stays where this start put it (moving it would restart a model);
     # it moves at the next start (settings.json records which one loaded at start).
