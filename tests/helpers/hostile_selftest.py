@@ -351,6 +351,21 @@ HOSTILE_BY_KIND: dict[str, list[str]] = {
         json.dumps(list(range(1, 1001))),
     ],  # fmt: skip
     "strs": ["5", "null", '"tuned"', "[5]", "[null]", '["gpu"]'],
+    # The cluster object (cluster.py): each rule broken once.
+    "cluster": [
+        "5",
+        "null",
+        "[]",
+        '{"head": "a", "workers": ["b"]}',
+        '{"subnet": "8.8.8.0/24", "head": "a", "workers": ["b"]}',
+        '{"subnet": "10.77.0.0/24", "head": "a", "workers": ["a"]}',
+        '{"subnet": "10.77.0.0/24", "head": "A\\u001b[2J", "workers": ["b"]}',
+        '{"subnet": "10.77.0.0/24", "head": "a", "workers": []}',
+        '{"subnet": "10.77.0.0/24", "head": "a", "workers": ["b"], "rpc_port": 22}',
+        '{"subnet": "10.77.0.0/24", "head": "a", "workers": ["b"], "netns": "../x"}',
+        '{"subnet": "10.77.0.0/24", "head": "a", "workers": ["b"], "listen": "0.0.0.0"}',
+        '{"subnet": "10.77.0.0/30", "head": "a", "workers": ["b", "c"]}',
+    ],
     "dict[str,str]": [
         "5",
         "null",
@@ -374,9 +389,10 @@ KIND_OF_TYPE = {
     "tuple[str, ...]": "strs",
     "dict[str, str]": "dict[str,str]",
     "dict[str, float]": "dict[str,float]",
+    "dict": "cluster",
 }
 # Empty is a legal value here ("none" / "the default"); for every other string it is refused.
-EMPTY_OK = {"motd_path", "serve_model_path", "llama_server", "spec_draft_model_path"}
+EMPTY_OK = {"motd_path", "serve_model_path", "llama_server", "spec_draft_model_path", "hostname"}
 EXTRA = {
     "sweep_modes": ["[]", '["tuned", "gpu"]'],
     "serve_listen": ['"wan"'],

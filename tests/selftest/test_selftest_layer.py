@@ -35,6 +35,8 @@ ALLOWED_IMPORTS = {
     # the model store's fetch: urllib is in python3-netclient, ssl in python3-io; threading.py is
     # python3-core
     "urllib", "ssl", "threading",
+    # the cluster's settings and keys: ipaddress.py and lib-dynload/binascii are python3-core
+    "ipaddress", "binascii",
 }  # fmt: skip
 # Modules only `rocky-llm` runs (its recipe RDEPENDS on python3-io and python3-netclient too, and
 # for the Ollama API on python3-netserver (http.server's socketserver), python3-datetime; hmac is

@@ -192,7 +192,7 @@ def test_derive_serves_on_the_gpu_with_the_measured_settings(tmp_path, tiny):
     assert argv[argv.index("--parallel") + 1] == "2"
     assert argv[argv.index("--host") + 1] == "0.0.0.0"
     assert "--ssl-cert-file" in argv and "--api-key-file" in argv and "--no-slots" in argv
-    assert env == {"GGML_VK_MALI_WARPTILE": spec}
+    assert env == {"GGML_VK_MALI_WARPTILE": spec, "GGML_NO_BACKTRACE": "1"}
 
 
 def test_derive_says_so_when_the_gpu_failed(tmp_path, tiny):
@@ -217,3 +217,65 @@ def test_derive_never_raises_on_a_hostile_result(tmp_path, tiny, content):
     assert plan["settings"]["placement"]["value"] == "cpu"
     assert plan["settings"]["tiles"]["value"] is None
     assert "ignored" in plan["settings"]["tiles"]["reason"]
+
+
+# ---- a cluster's head (issue 32): --rpc for the workers that answer, no -dev -----------------
+
+GPU_WINS = {
+    "checks": GOOD_CHECKS,
+    "sweep": [{"mode": "tuned", "ubatch": 256, "status": "PASS", "avg_ts": 28.0}],
+    "placement": {"modes": {"gpu": {"pp_tps": 28.0, "tg_tps": 7.0}}},
+}
+CLUSTER = {"subnet": "10.77.0.0/24", "head": "head", "workers": ["w1", "w2"]}
+
+
+def test_a_head_uses_the_workers_that_answer_and_names_no_device(tmp_path, tiny):
+    import socket
+
+    write_result(tmp_path, GPU_WINS)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    # w1 answers at 10.77.0.2 on a real board; here the endpoint is patched to a listener.
+    s = settings(tmp_path, tiny, hostname="head", cluster={**CLUSTER, "rpc_port": port})
+    import rocky_selftest.serve_settings as ss
+
+    real = ss.reachable
+    seen = []
+
+    def via_loopback(endpoints, timeout_s=3.0):
+        seen.extend(endpoints)
+        ups, downs = real([e.replace("10.77.0.2", "127.0.0.1") for e in endpoints], timeout_s=1)
+        return [e.replace("127.0.0.1", "10.77.0.2") for e in ups], downs
+
+    ss.reachable = via_loopback
+    try:
+        plan = derive(s, meminfo(tmp_path, 16))
+    finally:
+        ss.reachable = real
+        listener.close()
+    item = plan["settings"]["cluster"]
+    assert seen == [f"10.77.0.2:{port}", f"10.77.0.3:{port}"]
+    assert item["value"] == [f"10.77.0.2:{port}"], item
+    assert item["reason"].startswith("1 of 2 workers answer") and "10.77.0.3" in item["reason"]
+    argv, _ = server_command(s, plan, "/creds")
+    assert argv[argv.index("--rpc") + 1] == f"10.77.0.2:{port}" and "-dev" not in argv
+
+
+@pytest.mark.parametrize("who", ["w1", "stranger"])
+def test_a_worker_or_another_board_serves_alone(tmp_path, tiny, who):
+    write_result(tmp_path, GPU_WINS)
+    s = settings(tmp_path, tiny, hostname=who, cluster=CLUSTER)
+    plan = derive(s, meminfo(tmp_path, 16))
+    item = plan["settings"]["cluster"]
+    assert item["value"] == [] and "this board alone" in item["reason"], item
+    argv, _ = server_command(s, plan, "/creds")
+    assert "--rpc" not in argv and argv[argv.index("-dev") + 1] == "Vulkan0"
+
+
+def test_a_plan_from_before_clusters_still_serves(tmp_path, tiny):
+    write_result(tmp_path, GPU_WINS)
+    s = settings(tmp_path, tiny)
+    plan = derive(s, meminfo(tmp_path, 16))
+    del plan["settings"]["cluster"]
+    argv, _ = server_command(s, plan, "/creds")
+    assert "--rpc" not in argv and "-dev" in argv

@@ -27,6 +27,7 @@ LLM_SETTINGS = f"{LLM_STATE_DIR}/settings.json"
 # Models pulled at run time (model_store) and the router's preset file made from them.
 LLM_MODELS_DIR = f"{LLM_STATE_DIR}/models"
 LLM_PRESETS = f"{LLM_STATE_DIR}/models.ini"
+CLUSTER_STATE_DIR = "/var/lib/rocky-cluster"  # root-owned: this board's WireGuard key, peers
 LLM_KEY_DIR = "/var/lib/rocky-llm-keys"  # root-owned; LoadCredential= hands the files over
 API_KEY_NAME = "api-key"
 TLS_KEY_NAME = "tls.key"

@@ -29,7 +29,9 @@ from .serve_settings import (
     HTTP_THREADS,
     HTTP_TIMEOUT_S,
     RESERVE_BYTES,
+    cluster_setting,
     derive,
+    device_flags,
     mem_total_bytes,
     speculative,
     value,
@@ -40,7 +42,7 @@ from .tune_spec import ENV_VAR
 
 # llama-server's flags as preset keys (the long names without dashes, as common/preset.cpp
 # reads them).
-PRESET_KEYS = {"-ngl": "n-gpu-layers", "-dev": "device"}
+PRESET_KEYS = {"-ngl": "n-gpu-layers", "-dev": "device", "--rpc": "rpc"}
 # A child asked to stop is killed after this many seconds (a request in flight gets them).
 STOP_TIMEOUT_S = 30
 MAX_MODELS = 64
@@ -60,9 +62,15 @@ def store_for(s: Settings) -> Store:
     return Store(s.models_dir, image)
 
 
-def _model_settings(s: Settings, model: Model, meminfo: str, doc: Any) -> dict[str, Any]:
+def _model_settings(
+    s: Settings, model: Model, meminfo: str, doc: Any, cluster: dict[str, Any]
+) -> dict[str, Any]:
     one = replace(s, serve_model_path=model.path, serve_model_name=model.name)
-    return derive(one, meminfo=meminfo, **({} if doc is None else {"doc": doc}))
+    if model.name != s.serve_model_name:
+        # One rpc-server serves one client at a time: the workers hold serve.model alone.
+        cluster = {"value": [], "reason": f"the cluster serves {s.serve_model_name} only"}
+    extra = {} if doc is None else {"doc": doc}
+    return derive(one, meminfo=meminfo, cluster=cluster, **extra)
 
 
 def _footprint(plan: dict[str, Any], model: Model) -> int:
@@ -123,8 +131,9 @@ def plan(
     if default not in {m.name for m in found}:
         default = found[0].name
     models, footprints = {}, []
+    cluster = cluster_setting(s)
     for model in found:
-        p = _model_settings(s, model, meminfo, doc)
+        p = _model_settings(s, model, meminfo, doc, cluster)
         models[model.name] = p
         footprints.append(_footprint(p, model))
     n, why = models_max(footprints, mem_total_bytes(meminfo))
@@ -155,9 +164,7 @@ def preset_ini(router: dict[str, Any]) -> str:
         lines.append(f"model = {_ini_value(value(p, 'model'))}")
         lines += [f"ctx-size = {ctx * slots}", f"parallel = {slots}"]
         lines += [f"ubatch-size = {ub}", f"batch-size = {max(ub, 2048)}"]
-        flags = list(MODE_FLAGS[mode])
-        if mode == "gpu":
-            flags += ["-dev", router["gpu_device"]]
+        flags = list(MODE_FLAGS[mode]) + device_flags(p, mode, router["gpu_device"])
         for flag, val in zip(flags[::2], flags[1::2], strict=True):
             lines.append(f"{PRESET_KEYS[flag]} = {_ini_value(val)}")
         spec = speculation_flags(speculative(p), mode, router["gpu_device"])
@@ -196,7 +203,11 @@ def command(
     # HTTP timeouts with more threads.
     argv += ["--metrics", "--no-slots", "--cache-ram", "256"]
     argv += ["--timeout", str(HTTP_TIMEOUT_S), "--threads-http", str(HTTP_THREADS)]
-    env = {ENV_VAR: router["tiles"]} if router["tiles"] else {}
+    # A child that crashes (a lost cluster worker aborts it) exits at once: ggml's backtrace
+    # would first attach gdb to it.
+    env = {"GGML_NO_BACKTRACE": "1"}
+    if router["tiles"]:
+        env[ENV_VAR] = router["tiles"]
     return argv, env
 
 

@@ -9,7 +9,8 @@
 - `ollama` (rocky-llm-ollama.service): the Ollama-compatible API in front of the server;
 - `keys` (root, rocky-llm-keys.service): make the per-board API key and TLS certificate when
   missing; `rotate-key` (root): a new API key, then restart the server;
-- `info` (the login user): the URL, the certificate's fingerprint, the key, the settings.
+- `info` (the login user): the URL, the certificate's fingerprint, the key, the settings;
+- `cluster ...`: this board's part in a cluster of boards (cluster_cli.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import subprocess
 import sys
 from typing import Any
 
-from . import paths, router
+from . import cluster_cli, paths, router
+from .cluster import ClusterError
 from .files import read_json
 from .model_store import Store, StoreError, name_from_source
 from .serve_keys import ServeKeyError, cert_fingerprint, make_missing, read_api_key, write_api_key
@@ -283,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("name")
     ollama = sub.add_parser("ollama", help="the Ollama-compatible API (rocky-llm-ollama.service)")
     ollama.add_argument("--credentials", help="default: $CREDENTIALS_DIRECTORY")
+    cluster_cli.register(sub)
     for p, func in ((pull, cmd_pull), (use, cmd_use), (rm, cmd_rm), (ollama, cmd_ollama)):
         p.set_defaults(func=func)
     sub.choices["list"].set_defaults(func=cmd_list)
@@ -298,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (SettingsError, ServeKeyError, StoreError, router.RouterError) as err:
+    except (SettingsError, ServeKeyError, StoreError, router.RouterError, ClusterError) as err:
         print(_clean(f"rocky-llm: {err}"), file=sys.stderr)
         return 2
     except OSError as err:

@@ -12,6 +12,8 @@ import os
 from typing import Any
 
 from . import paths
+from .cluster import ClusterError, reachable
+from .cluster import parse as parse_cluster
 from .gguf import GgufError, model_shape
 from .outcome import peek_result
 from .placement import MODE_FLAGS, SAFE_MODE, choose
@@ -120,10 +122,36 @@ def memory_plan(s: Settings, mem_total: int | None) -> tuple[int, int, str]:
 _ON_DISK: Any = object()
 
 
-def derive(s: Settings, meminfo: str = "/proc/meminfo", doc: Any = _ON_DISK) -> dict[str, Any]:
+def cluster_setting(s: Settings) -> dict[str, Any]:
+    """The workers' rpc-servers the head's llama-server uses (--rpc), with the reason: those
+    answering now. llama.cpp splits the layers over them and the GPU by each device's free
+    memory, and leaves out a worker it cannot reach when it loads the model (it serves from
+    what fits locally)."""
+    try:
+        c = parse_cluster(s.cluster)
+    except ClusterError as err:  # load_settings refuses it; never serve half a cluster
+        return {"value": [], "reason": f"cluster ignored: {err}"}
+    me = s.board_name
+    if c is None or c.role(me) != "head":
+        role = "no cluster" if c is None else f"{me} is not the cluster's head"
+        return {"value": [], "reason": f"{role}: this board alone"}
+    up, down = reachable(c.rpc_endpoints())
+    why = f"{len(up)} of {len(c.workers)} workers answer over {c.interface}"
+    if down:
+        why += f" ({'; '.join(down)})"
+    return {"value": up, "reason": why + ("" if up else ": this board alone")}
+
+
+def derive(
+    s: Settings,
+    meminfo: str = "/proc/meminfo",
+    doc: Any = _ON_DISK,
+    cluster: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Every setting as {value, reason}, plus warnings for the journal and the login message.
     `doc`: the self-test's result (default: the one on disk; the self-test's serving step
-    passes the run's own document so far)."""
+    passes the run's own document so far). `cluster`: the cluster setting (default: found
+    now)."""
     if doc is _ON_DISK:
         doc = peek_result(s.results_dir)
     ok, gpu_why = gpu_ok(doc)
@@ -156,6 +184,7 @@ def derive(s: Settings, meminfo: str = "/proc/meminfo", doc: Any = _ON_DISK) -> 
             "listen": {"value": s.serve_listen, "reason": "serve.listen in rocky-vulkan.yaml"},
             "model": {"value": s.served_model, "reason": f"serve.model: {s.serve_model_name}"},
             "speculative": {"value": spec, "reason": spec_why},
+            "cluster": cluster if cluster is not None else cluster_setting(s),
         },
         "warnings": warnings,
     }
@@ -171,6 +200,23 @@ def speculative(plan: dict[str, Any]) -> dict[str, Any] | None:
     return item["value"] if item else None
 
 
+def rpc_workers(plan: dict[str, Any]) -> list[str]:
+    """The plan's workers (host:port); none in a plan made before there were clusters."""
+    item = plan["settings"].get("cluster")
+    return list(item["value"]) if item else []
+
+
+def device_flags(plan: dict[str, Any], mode: str, gpu_device: str) -> list[str]:
+    """On the GPU: -dev names it, so a missing GPU fails loudly, never silently the CPU. A
+    cluster's head names no device: llama.cpp then uses the GPU and each worker that answers
+    when the model loads (RPC0, RPC1, ... in the order that answered), so a worker lost since
+    the plan was made leaves the model on this board, never a server that cannot start."""
+    if mode != "gpu":
+        return []
+    workers = rpc_workers(plan)
+    return ["--rpc", ",".join(workers)] if workers else ["-dev", gpu_device]
+
+
 def server_command(
     s: Settings, plan: dict[str, Any], credentials: str
 ) -> tuple[list[str], dict[str, str]]:
@@ -183,9 +229,7 @@ def server_command(
     argv += ["--alias", s.serve_model_name, "--host", "0.0.0.0" if lan else "127.0.0.1"]
     argv += ["--port", str(s.serve_port), "--ctx-size", str(ctx * slots)]
     argv += ["--parallel", str(slots), "--ubatch-size", str(ub), "--batch-size", str(max(ub, 2048))]
-    argv += list(MODE_FLAGS[mode])
-    if mode == "gpu":
-        argv += ["-dev", s.gpu_device]  # a missing GPU fails loudly, never silently the CPU
+    argv += list(MODE_FLAGS[mode]) + device_flags(plan, mode, s.gpu_device)
     argv += speculation_flags(speculative(plan), mode, s.gpu_device)
     argv += ["--api-key-file", os.path.join(credentials, paths.API_KEY_NAME)]
     if lan:
@@ -197,7 +241,11 @@ def server_command(
     # them): 30 s and more threads bound that (docs/verification/serving.md).
     argv += ["--metrics", "--no-slots", "--cache-ram", "256"]
     argv += ["--timeout", str(HTTP_TIMEOUT_S), "--threads-http", str(HTTP_THREADS)]
-    env = {ENV_VAR: value(plan, "tiles")} if value(plan, "tiles") else {}
+    # A crash (a lost cluster worker aborts the model's process) exits at once: ggml's
+    # backtrace would first attach gdb to it.
+    env = {"GGML_NO_BACKTRACE": "1"}
+    if value(plan, "tiles"):
+        env[ENV_VAR] = value(plan, "tiles")
     return argv, env
 
 

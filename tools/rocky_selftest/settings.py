@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import os
 import re
+import socket
 from dataclasses import dataclass, field, fields
 
 from . import CONFIG_SCHEMA_VERSION, paths
 from .checks import CHECK_ORDER
+from .cluster import problem as cluster_problem
 from .cts import DEFAULT_CASES, MAX_PATTERNS, pattern_problem
 from .files import UnreadableFile, read_json
 
@@ -99,6 +101,10 @@ class Settings:
     cts_budget_s: int = 1800
     cts_chunk_cases: int = 250
     cts_case_timeout_s: int = 300
+    # Several boards serving one model (cluster.py): head, workers, subnet; empty: one board.
+    cluster: dict = field(default_factory=dict)
+    # This board's name in `cluster` (empty: its hostname).
+    hostname: str = ""
 
     def tool(self, name: str) -> str:
         return os.path.join(self.bin_dir, name)
@@ -106,6 +112,10 @@ class Settings:
     @property
     def served_model(self) -> str:
         return self.serve_model_path or self.model_path
+
+    @property
+    def board_name(self) -> str:
+        return self.hostname or socket.gethostname().split(".")[0]
 
 
 CONFIG_MAX_BYTES = 1 << 20
@@ -143,8 +153,9 @@ FLOAT_RANGES = {
     "kld_max_mean": (0.0, 1.0, False, True),
     "kld_min_same_top_p": (0.0, 100.0, True, True),
 }
-# Strings that may be empty: no motd, the self-test's model, llama-server in bin_dir, no draft.
-EMPTY_OK = {"motd_path", "serve_model_path", "llama_server", "spec_draft_model_path"}
+# Strings that may be empty: no motd, the self-test's model, llama-server in bin_dir, no draft,
+# the board's own hostname.
+EMPTY_OK = {"motd_path", "serve_model_path", "llama_server", "spec_draft_model_path", "hostname"}
 CHOICES = {"serve_listen": ("lan", "localhost", "off")}
 REQUIRED = ("model_path", "model_sha256", "ubatch_sizes")
 FIX = "fix it in rocky-vulkan.yaml and render again, or correct the file"
@@ -237,6 +248,9 @@ def _problem(key: str, kind: str, value: object) -> str | None:
         )
     if key in CHOICES:
         return None if value in CHOICES[key] else f"one of {', '.join(CHOICES[key])}"
+    if key == "cluster":
+        why = cluster_problem(value)
+        return None if why is None else why
     if key == "model_sha256":
         ok = value is None or (isinstance(value, str) and SHA256.fullmatch(value) is not None)
         return None if ok else "null or 64 lowercase hex digits"

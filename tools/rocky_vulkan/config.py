@@ -194,6 +194,9 @@ class Config:
     image: Image
     models: tuple[ExtraModel, ...] = ()
     vulkan_cts: VulkanCts | None = None
+    # Several boards serving one model (rocky_selftest/cluster.py checks and reads it); None:
+    # one board.
+    cluster: dict[str, Any] | None = None
 
     @property
     def root(self) -> Path:
@@ -495,6 +498,7 @@ def _check_references(data: dict[str, Any], source: Path) -> None:
         if problem:
             problems.append(f"image.ssh_authorized_keys[{i}]: {problem}")
     problems += _model_problems(data)
+    problems += _cluster_problems(data.get("cluster"))
     # Here, not at the top: the layer package (render's outputs) imports this module.
     from rocky_vulkan.layer import reserved
 
@@ -564,6 +568,15 @@ def _model_problems(data: dict[str, Any]) -> list[str]:
             f"(the model: section){others}, or add an entry named {served!r} under models:"
         )
     return problems + _draft_problems(data, models, served)
+
+
+def _cluster_problems(cluster: dict[str, Any] | None) -> list[str]:
+    """What the schema cannot say of cluster: (a private subnet that holds every board, no
+    board twice); the board reads it with the same rules."""
+    from rocky_selftest.cluster import problem
+
+    why = problem(cluster) if cluster else None
+    return [f"cluster: must be {why}; see docs/user/cluster.md"] if why else []
 
 
 def _draft_problems(data: dict[str, Any], models: list[dict], served: str) -> list[str]:
@@ -670,6 +683,7 @@ def _build(data: dict[str, Any], source: Path) -> Config:
         ),
         models=tuple(ExtraModel(**m) for m in data.get("models", [])),
         vulkan_cts=VulkanCts(_repo(data["vulkan_cts"]["repo"])),
+        cluster=data.get("cluster"),
     )
 
 

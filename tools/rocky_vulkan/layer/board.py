@@ -63,4 +63,5 @@ def selftest_board_config(cfg: Config) -> dict:
         "serve_context_tokens": cfg.serve.context_tokens,
         "serve_parallel": cfg.serve.parallel,
         "spec_draft_model_path": f"{paths.MODEL_DIR}/{cfg.draft.filename}" if cfg.draft else "",
+        "cluster": dict(cfg.cluster or {}),
     }

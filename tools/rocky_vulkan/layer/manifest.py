@@ -37,6 +37,7 @@ from pathlib import Path
 import jinja2
 import rocky_selftest
 from rocky_selftest import cts, paths
+from rocky_selftest.cluster import DEFAULTS as CLUSTER_DEFAULTS
 
 from rocky_vulkan import __version__
 from rocky_vulkan.config import PATCH_DIR_NAME, REFERENCE_MODEL, Config, ExtraModel
@@ -312,6 +313,7 @@ def _image_context(cfg: Config) -> dict:
         "served_recipe": model_recipe(cfg.serve.model),
         "served_fragment": licence_fragment(served.name) if served else "",
         "draft_recipe": model_recipe(cfg.draft.name) if cfg.draft else "",
+        "cluster": bool(cfg.cluster),
     }
 
 
@@ -362,6 +364,10 @@ def _llm_context(cfg: Config) -> dict:
         "api_key_name": paths.API_KEY_NAME,
         "tls_key_name": paths.TLS_KEY_NAME,
         "tls_cert_name": paths.TLS_CERT_NAME,
+        "cluster": bool(cfg.cluster),
+        "cluster_state_dir": paths.CLUSTER_STATE_DIR,
+        "cluster_netns": CLUSTER_DEFAULTS["netns"],
+        "cluster_interface": CLUSTER_DEFAULTS["interface"],
     }
 
 

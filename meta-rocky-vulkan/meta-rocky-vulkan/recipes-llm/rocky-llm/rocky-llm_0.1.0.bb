@@ -22,6 +22,8 @@ SRC_URI = "\
     file://rocky-llm-retune.path \
     file://rocky-llm-retune.service \
     file://rocky-llm.sh \
+    file://rocky-cluster-link.service \
+    file://rocky-rpc.service \
     file://rocky-llm.dnssd \
 "
 
@@ -35,15 +37,21 @@ USERADD_PARAM:${PN} = "--system --user-group --no-create-home \
                        --home-dir ${localstatedir}/lib/rocky-llm \
                        --shell ${base_sbindir}/nologin rocky-llm"
 
+# rocky-llm-cluster: the WireGuard link and a worker's rpc-server (cluster: in rocky-vulkan.yaml;
+# the image installs it only then). Both units wait for the owner to pair the boards.
+PACKAGES =+ "${PN}-cluster"
+
+SYSTEMD_PACKAGES = "${PN} ${PN}-cluster"
 SYSTEMD_SERVICE:${PN} = "rocky-llm.service rocky-llm-ollama.service rocky-llm-keys.service rocky-llm-retune.path"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
+SYSTEMD_SERVICE:${PN}-cluster = "rocky-cluster-link.service rocky-rpc.service"
 
 do_configure[noexec] = "1"
 do_compile[noexec] = "1"
 
 do_install() {
     install -D -m 0755 ${S}/rocky-llm ${D}${bindir}/rocky-llm
-    for unit in rocky-llm.service rocky-llm-ollama.service rocky-llm-keys.service rocky-llm-retune.path rocky-llm-retune.service; do
+    for unit in rocky-llm.service rocky-llm-ollama.service rocky-llm-keys.service rocky-llm-retune.path rocky-llm-retune.service rocky-cluster-link.service rocky-rpc.service; do
         install -D -m 0644 ${S}/$unit ${D}${systemd_system_unitdir}/$unit
     done
     install -D -m 0644 ${S}/rocky-llm.sh ${D}${sysconfdir}/profile.d/rocky-llm.sh
@@ -51,6 +59,7 @@ do_install() {
     install -D -m 0644 ${S}/rocky-llm.dnssd ${D}${sysconfdir}/systemd/dnssd/rocky-llm.dnssd
 }
 
+FILES:${PN}-cluster += "${systemd_system_unitdir}/rocky-cluster-link.service ${systemd_system_unitdir}/rocky-rpc.service"
 FILES:${PN} += "${systemd_system_unitdir}"
 
 # openssl-bin makes the board's certificate; python3-* are the OE packages holding the modules
@@ -67,4 +76,14 @@ RDEPENDS:${PN} = "\
     python3-netclient \
     python3-netserver \
     rocky-selftest \
+"
+# The link: the kernel's WireGuard (the BSP's kernel fragment), wireguard-tools' wg, iproute2's
+# ip (netns: busybox's ip has none), openssl-bin for the key; a worker: rpc-server.
+RDEPENDS:${PN}-cluster = "\
+    ${PN} \
+    iproute2-ip \
+    kernel-module-wireguard \
+    llama-cpp-rpc \
+    openssl-bin \
+    wireguard-tools \
 "

@@ -1,0 +1,127 @@
+"""`rocky-llm cluster ...`: this board's part in a cluster (cluster.py).
+
+- `key` (root, rocky-cluster-link.service): make the board's WireGuard key when missing; print
+  its public key (what the owner's `rocky-vulkan cluster pair` collects);
+- `peers` (root): the other boards' public keys and endpoints, as JSON on stdin, checked and
+  kept for the next `up`;
+- `up` (root, rocky-cluster-link.service): the WireGuard link (a worker's in its RPC namespace);
+- `worker` (rocky-rpc.service, inside that namespace): exec rpc-server on the GPU;
+- `role` (rocky-rpc.service's ExecCondition): head, worker or none;
+- `status`: the role, the address, the peers and which workers answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from . import cluster as cl
+from .settings import Settings, load_settings
+from .terminal import LOG_LINE_CHARS, clean_line
+
+
+def _say(text: str, out=sys.stdout) -> None:
+    print(clean_line(text, LOG_LINE_CHARS), file=out)
+
+
+def _cluster(s: Settings) -> cl.Cluster:
+    c = cl.parse(s.cluster)
+    if c is None:
+        raise cl.ClusterError("no cluster in rocky-vulkan.yaml (cluster: head, workers, subnet)")
+    if c.role(s.board_name) is None:
+        raise cl.ClusterError(
+            f"this board ({s.board_name}) is neither the head nor a worker of the cluster "
+            f"({c.head}: {', '.join(c.workers)}); set its hostname or fix cluster: in the config"
+        )
+    return c
+
+
+def cmd_key(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    print(cl.ensure_key(_cluster(s)))
+    return 0
+
+
+def cmd_peers(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    c = _cluster(s)
+    raw = sys.stdin.read(cl.PEERS_MAX_BYTES + 1)
+    if len(raw) > cl.PEERS_MAX_BYTES:
+        raise cl.ClusterError(f"peers: more than {cl.PEERS_MAX_BYTES} bytes on stdin")
+    try:
+        peers = json.loads(raw)
+    except ValueError as err:
+        raise cl.ClusterError(f"peers: not JSON ({err})") from None
+    cl.save_peers(c, s.board_name, peers)
+    _say(f"peers of {s.board_name} kept: {', '.join(sorted(peers))}")
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    c = _cluster(s)
+    cl.ensure_key(c)
+    for done in cl.link_up(c, s.board_name):
+        _say(f"+ {done}")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    c = _cluster(s)
+    if c.role(s.board_name) != "worker":
+        raise cl.ClusterError(f"{s.board_name} is the cluster's head, not a worker")
+    argv = cl.rpc_server_argv(c, s.board_name, s.tool("rpc-server"), s.gpu_device)
+    _say("exec " + " ".join(argv))
+    sys.stdout.flush()
+    os.execve(argv[0], argv, {**os.environ, **s.env})
+    return 1  # not reached
+
+
+def cmd_role(args: argparse.Namespace) -> int:
+    """This board's role; with --is ROLE, exit 0 when it is that (systemd's ExecCondition=),
+    1 when not."""
+    s = load_settings(args.config)
+    c = cl.parse(s.cluster)
+    role = (c.role(s.board_name) if c else None) or "none"
+    if args.is_role:
+        return 0 if role == args.is_role else 1
+    print(role)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    s = load_settings(args.config)
+    c = _cluster(s)
+    me = s.board_name
+    _say(f"{me}: {c.role(me)} at {c.address(me)} on {c.interface} (WireGuard port {c.wg_port})")
+    try:
+        for host, peer in sorted(cl.load_peers(c, me).items()):
+            _say(f"  peer {host} {c.address(host)} key {peer['public_key']} at {peer['endpoint']}")
+    except cl.ClusterError as err:
+        _say(f"  {err}")
+    if c.role(me) == "head":
+        up, down = cl.reachable(c.rpc_endpoints())
+        for ep in up:
+            _say(f"  rpc-server {ep}: answers")
+        for why in down:
+            _say(f"  rpc-server {why}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cluster", help="this board's part in a cluster of boards (WireGuard, RPC)")
+    csub = p.add_subparsers(dest="cluster_command", required=True)
+    for name, func, text in (
+        ("key", cmd_key, "(root) make this board's WireGuard key if missing; print its public key"),
+        ("peers", cmd_peers, "(root) the other boards' keys and endpoints, JSON on stdin"),
+        ("up", cmd_up, "(root) make the WireGuard link"),
+        ("worker", cmd_worker, "exec rpc-server on the GPU (rocky-rpc.service)"),
+        ("status", cmd_status, "role, address, peers, which workers answer"),
+    ):
+        csub.add_parser(name, help=text).set_defaults(func=func)
+    role = csub.add_parser("role", help="head, worker or none; --is ROLE: exit 0 if so, else 1")
+    role.add_argument("--is", dest="is_role", choices=("head", "worker", "none"))
+    role.set_defaults(func=cmd_role)
