@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -44,11 +46,14 @@ pytestmark = [
     pytest.mark.needs_root,
     pytest.mark.needs_tool("wg", "Debian's wireguard-tools"),
     pytest.mark.needs_tool("wireguard-go", "Debian's wireguard-go"),
+    pytest.mark.needs_tool("/usr/sbin/sshd", "Debian's openssh-server: the boards' sshd"),
 ]
 
 LAN = "198.18.77"
 SUBNET = "198.19.77.0/24"
 WORKERS = ("w1", "w2")
+LAN_IP = {"head": f"{LAN}.1", "w1": f"{LAN}.2", "w2": f"{LAN}.3"}
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "Tell me about the boards."
 
 
@@ -73,6 +78,7 @@ class Net:
         self.namespaces: list[str] = []
         self.procs: list[subprocess.Popen] = []
         self.root_veth = f"rk{self.tag}h0"
+        self.ssh_port = 0  # the boards' sshd (pair_boards)
 
     def ns(self, name: str) -> str:
         return f"rk{self.tag}{name}"
@@ -184,6 +190,80 @@ class Board:
         print(proc.stdout)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pair_boards(net: Net, boards: dict[str, Board], tmp: Path) -> None:
+    """The owner's one command, `rocky-vulkan cluster pair`, over real SSH: each board runs
+    sshd (OpenSSH's, root login with the test's key) on its LAN address, and its `rocky-llm` is
+    the image's wrapper for that board's config."""
+    port, pair_dir = free_port(), tmp / "pair"
+    net.ssh_port = port
+    pair_dir.mkdir()
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(pair_dir / "host"))
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(pair_dir / "id"))
+    (pair_dir / "authorized_keys").write_text((pair_dir / "id.pub").read_text())
+    host_pub = (pair_dir / "host.pub").read_text().split()[:2]
+    (pair_dir / "known_hosts").write_text(f"{','.join(boards)} {' '.join(host_pub)}\n")
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation dir
+    client = []
+    for name, b in boards.items():
+        bin_dir = b.tmp / "bin"
+        bin_dir.mkdir()
+        wrapper = bin_dir / "rocky-llm"
+        wrapper.write_text(f'#!/bin/sh\nexec {shlex.join(b.prefix)} --config {b.config} "$@"\n')
+        wrapper.chmod(0o755)
+        lan_ip = LAN_IP[name]
+        cfg = b.tmp / "sshd_config"
+        cfg.write_text(
+            f"ListenAddress {lan_ip}:{port}\nHostKey {pair_dir / 'host'}\nPidFile none\n"
+            f"UsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\n"
+            f"AuthorizedKeysFile {pair_dir / 'authorized_keys'}\nPasswordAuthentication no\n"
+            f"KbdInteractiveAuthentication no\nSetEnv PATH={bin_dir}:/usr/sbin:/usr/bin:/bin\n"
+        )
+        log = (b.tmp / "sshd.log").open("wb")
+        argv = [shutil.which("sshd") or "/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)]
+        ns = None if name == "head" else net.ns(name)
+        net.procs.append(subprocess.Popen(in_ns(ns, *argv) if ns else argv, stdout=log, stderr=log))
+        client.append(
+            f"Host {name}\n  HostName {lan_ip}\n  Port {port}\n  User root\n"
+            f"  IdentityFile {pair_dir / 'id'}\n  IdentitiesOnly yes\n  HostKeyAlias {name}\n"
+            f"  UserKnownHostsFile {pair_dir / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
+        )
+    (pair_dir / "ssh_config").write_text("".join(client))
+    project = ROOT / "rocky-vulkan.yaml"
+    members = {"subnet": SUBNET, "head": "head", "workers": list(WORKERS)}
+    config = pair_dir / "rocky-vulkan.yaml"
+    (pair_dir / "patches").symlink_to(ROOT / "patches")  # the config names its patches there
+    text = project.read_text().replace("\ncluster: null\n", f"\ncluster: {json.dumps(members)}\n")
+    config.write_text(text)
+    for name in boards:  # sshd answers
+        deadline = time.monotonic() + 20
+        while connect(net.ns("stranger"), LAN_IP[name], port, 1.0) != "connected":
+            assert time.monotonic() < deadline, (boards[name].tmp / "sshd.log").read_text()
+            time.sleep(0.2)
+    argv = [sys.executable, "-m", "rocky_vulkan.cli", "--config", str(config), "cluster", "pair",
+            "--ssh-config", str(pair_dir / "ssh_config")]  # fmt: skip
+    for name in boards:
+        argv += ["--board", f"{name}=root@{name}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    print(proc.stdout, proc.stderr)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name, b in boards.items():
+        peers = json.loads((Path(b.cluster["state_dir"]) / "peers.json").read_text())
+        expect = WORKERS if name == "head" else ("head",)
+        assert sorted(peers) == sorted(expect), peers
+        for other, peer in peers.items():
+            assert peer["endpoint"] == LAN_IP[other]
+            pub = boards[other].rocky_llm("cluster", "key")
+            assert peer["public_key"] == pub.stdout.strip()
+    assert "systemd is not running here" in proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("paired: head serves with w1, w2")
+
+
 def connect(ns: str, host: str, port: int, timeout: float = 3.0) -> str:
     """Whether a TCP connect from `ns` to host:port succeeds, in words."""
     code = (
@@ -217,19 +297,7 @@ def cluster(tmp_path_factory):
     try:
         net.build()
         boards = {n: Board(net, n, tmp / n, model) for n in ("head", *WORKERS)}
-        keys = {}
-        for name, b in boards.items():
-            out = b.rocky_llm("cluster", "key")
-            assert out.returncode == 0, out.stderr
-            keys[name] = out.stdout.strip()
-        lan_ip = {"head": f"{LAN}.1", "w1": f"{LAN}.2", "w2": f"{LAN}.3"}
-        for name, b in boards.items():
-            peers = {
-                p: {"public_key": keys[p], "endpoint": lan_ip[p]}
-                for p in (WORKERS if name == "head" else ("head",))
-            }
-            out = b.rocky_llm("cluster", "peers", stdin=json.dumps(peers))
-            assert out.returncode == 0, out.stderr
+        pair_boards(net, boards, tmp)
         net.wireguard_go(None, boards["head"].cluster["interface"])
         boards["head"].link_up(None)
         for w in WORKERS:
@@ -279,9 +347,9 @@ def test_only_the_head_reaches_a_worker_s_rpc_server(cluster):
     stranger = net.ns("stranger")
     for i, w in enumerate(WORKERS):
         wg_ip, lan_ip = boards[w].address, f"{LAN}.{2 + i}"
-        # Nothing listens on the worker's LAN side: rpc-server lives in the RPC namespace.
-        listening = sh(*in_ns(net.ns(w), "ss", "-Hltn")).stdout.strip()
-        assert listening == "", listening
+        # Only sshd listens on the worker's LAN side: rpc-server lives in the RPC namespace.
+        listening = sh(*in_ns(net.ns(w), "ss", "-Hltn")).stdout.strip().splitlines()
+        assert [ln.split()[3] for ln in listening] == [f"{lan_ip}:{net.ssh_port}"], listening
         assert connect(stranger, lan_ip, 50052) == "ConnectionRefusedError"
         # A stranger on the LAN that routes the cluster subnet at the worker: no such address.
         sh(*in_ns(stranger, "ip", "route", "replace", SUBNET, "via", lan_ip))

@@ -102,3 +102,33 @@ def test_credentials_and_user():
     assert "PrivateUsers" not in s and s["NoNewPrivileges"] == ["yes"]
     assert s["MemoryMax"] == ["90%"]
     assert s["DevicePolicy"] == ["closed"] and s["DeviceAllow"] == ["char-drm rw"]
+
+
+CLUSTER_UNITS = (LLM_FILES / "rocky-cluster-link.service", LLM_FILES / "rocky-rpc.service")
+
+
+def _cluster_units(tmp_path: Path) -> list[Path]:
+    """The cluster's two units beside the units they name, the wrapper as in _units."""
+    server, keys = _units(tmp_path)
+    out = [server, keys]
+    for unit in CLUSTER_UNITS:
+        path = tmp_path / unit.name
+        path.write_text(unit.read_text().replace(f"{WRAPPER} ", f"{tmp_path / 'rocky-llm'} "))
+        out.append(path)
+    return out
+
+
+@needs_analyze
+def test_cluster_units_pass_systemd_analyze_verify(tmp_path):
+    rc, complaints, out = _verify(*_cluster_units(tmp_path))
+    assert rc == 0 and not complaints, out
+
+
+@needs_analyze
+def test_rpc_server_unit_exposure_is_at_most_the_server_s(tmp_path):
+    """rpc-server answers anyone who reaches it: sandboxed at least as the API server is."""
+    rpc = _cluster_units(tmp_path)[-1]
+    score, out = exposure(rpc)
+    print(f"rocky-rpc.service: systemd-analyze security --offline=true exposure {score}")
+    assert score <= MAX_EXPOSURE, out
+    assert settings(rpc.read_text())["NetworkNamespacePath"] == ["/run/netns/rocky-rpc"]

@@ -39,6 +39,11 @@ X25519_PKCS8_PREFIX = bytes.fromhex("302e020100300506032b656e04220420")
 KEY_NAME = "wg.key"
 PUBLIC_NAME = "wg.pub"
 PEERS_NAME = "peers.json"
+# What a board restarts when its peers change: the link first, then what uses it.
+UNITS = {
+    "head": ("rocky-cluster-link.service", "rocky-llm.service"),
+    "worker": ("rocky-cluster-link.service", "rocky-rpc.service"),
+}
 DEFAULTS = {
     "interface": "rkc0",
     "netns": "rocky-rpc",

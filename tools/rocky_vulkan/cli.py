@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "rocky_vulkan.host.model",
     "rocky_vulkan.host.report",
     "rocky_vulkan.host.board",
+    "rocky_vulkan.host.cluster_pair",
     "rocky_vulkan.llama.sources",
     "rocky_vulkan.sim",
     "rocky_vulkan.tiles.cli",

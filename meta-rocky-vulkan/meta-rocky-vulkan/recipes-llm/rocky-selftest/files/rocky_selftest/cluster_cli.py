@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 from . import cluster as cl
@@ -40,7 +41,10 @@ def _cluster(s: Settings) -> cl.Cluster:
 
 def cmd_key(args: argparse.Namespace) -> int:
     s = load_settings(args.config)
-    print(cl.ensure_key(_cluster(s)))
+    key = cl.ensure_key(_cluster(s))
+    # --json: what `rocky-vulkan cluster pair` reads; the board's name lets it refuse a host
+    # that answers for another board.
+    print(json.dumps({"board": s.board_name, "public_key": key}) if args.json else key)
     return 0
 
 
@@ -56,6 +60,23 @@ def cmd_peers(args: argparse.Namespace) -> int:
         raise cl.ClusterError(f"peers: not JSON ({err})") from None
     cl.save_peers(c, s.board_name, peers)
     _say(f"peers of {s.board_name} kept: {', '.join(sorted(peers))}")
+    if not os.path.isdir("/run/systemd/system"):
+        _say("systemd is not running here: start the link with `rocky-llm cluster up`")
+        return 0
+    # The new peers take effect now: the link is remade, and what uses it restarts (a head's
+    # server asks the workers again; a worker's rpc-server binds its address on the new link).
+    units = cl.UNITS[c.role(s.board_name)]
+    try:
+        proc = subprocess.run(["systemctl", "restart", *units], capture_output=True, text=True,
+                              timeout=120, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise cl.ClusterError(f"systemctl restart {' '.join(units)}: {err}") from None
+    if proc.returncode != 0:
+        raise cl.ClusterError(
+            f"systemctl restart {' '.join(units)} failed: {clean_line(proc.stderr, 300)}; "
+            f"see `journalctl -u {units[0]}`"
+        )
+    _say(f"restarted {' '.join(units)}")
     return 0
 
 
@@ -115,13 +136,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cluster", help="this board's part in a cluster of boards (WireGuard, RPC)")
     csub = p.add_subparsers(dest="cluster_command", required=True)
     for name, func, text in (
-        ("key", cmd_key, "(root) make this board's WireGuard key if missing; print its public key"),
         ("peers", cmd_peers, "(root) the other boards' keys and endpoints, JSON on stdin"),
         ("up", cmd_up, "(root) make the WireGuard link"),
         ("worker", cmd_worker, "exec rpc-server on the GPU (rocky-rpc.service)"),
         ("status", cmd_status, "role, address, peers, which workers answer"),
     ):
         csub.add_parser(name, help=text).set_defaults(func=func)
+    key = csub.add_parser("key", help="(root) make this board's key if missing; print it")
+    key.add_argument("--json", action="store_true", help="as JSON, with the board's name")
+    key.set_defaults(func=cmd_key)
     role = csub.add_parser("role", help="head, worker or none; --is ROLE: exit 0 if so, else 1")
     role.add_argument("--is", dest="is_role", choices=("head", "worker", "none"))
     role.set_defaults(func=cmd_role)
