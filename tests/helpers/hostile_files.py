@@ -597,7 +597,8 @@ def _renamed_machine(name: str) -> Callable[[Any], Any]:
 
 
 def _twin_machines(cfg: Any) -> Any:
-    return dataclasses.replace(cfg, machines=(cfg.machines[0], cfg.machines[0]))
+    itx = next(m for m in cfg.machines if m.name == "rock-5-itx")
+    return dataclasses.replace(cfg, machines=(itx, itx))
 
 
 def _outputs() -> Iterator[Case]:

@@ -33,7 +33,7 @@ def test_render_writes_layer_and_kas_for_every_machine(project, tmp_path):
         ].decode()
         assert f'KERNEL_DEVICETREE = "{machine.devicetree}"' in conf
         assert f'UBOOT_MACHINE = "{machine.uboot_defconfig}"' in conf
-        assert "require conf/machine/include/rk3588.inc" in conf
+        assert f"require conf/machine/include/{machine.soc}.inc" in conf
         assert f"machine: {machine.name}" in files[f"kas/{machine.name}.yml"].decode()
     lock = files["kas/base.lock.yml"].decode()
     for repo in cfg.repos:

@@ -2,9 +2,21 @@
 # panthor and the RK3588 peripherals of our boards, as a config fragment. Everything is
 # scoped by machine override so kernels of other machines keep their signatures;
 # meta-rockchip lists only its own boards in COMPATIBLE_MACHINE.
+FILESEXTRAPATHS:prepend:nanopc-t6-rocky := "${THISDIR}/files:"
+COMPATIBLE_MACHINE:nanopc-t6-rocky = "nanopc-t6-rocky"
+SRC_URI:append:nanopc-t6-rocky = " file://rocky-panthor.cfg"
+FILESEXTRAPATHS:prepend:orangepi-5 := "${THISDIR}/files:"
+COMPATIBLE_MACHINE:orangepi-5 = "orangepi-5"
+SRC_URI:append:orangepi-5 = " file://rocky-panthor.cfg"
+FILESEXTRAPATHS:prepend:orangepi-5-plus-rocky := "${THISDIR}/files:"
+COMPATIBLE_MACHINE:orangepi-5-plus-rocky = "orangepi-5-plus-rocky"
+SRC_URI:append:orangepi-5-plus-rocky = " file://rocky-panthor.cfg"
 FILESEXTRAPATHS:prepend:rock-5-itx := "${THISDIR}/files:"
 COMPATIBLE_MACHINE:rock-5-itx = "rock-5-itx"
 SRC_URI:append:rock-5-itx = " file://rocky-panthor.cfg"
+FILESEXTRAPATHS:prepend:rock-5a-rocky := "${THISDIR}/files:"
+COMPATIBLE_MACHINE:rock-5a-rocky = "rock-5a-rocky"
+SRC_URI:append:rock-5a-rocky = " file://rocky-panthor.cfg"
 FILESEXTRAPATHS:prepend:rock-5b-rocky := "${THISDIR}/files:"
 COMPATIBLE_MACHINE:rock-5b-rocky = "rock-5b-rocky"
 SRC_URI:append:rock-5b-rocky = " file://rocky-panthor.cfg"

@@ -50,7 +50,11 @@ SKIP_RECIPE[rocky-vulkan-image] = "${@d.getVar('ROCKY_WRONG_DISTRO') if d.getVar
 #   expired) makes the owner choose a password; sshd takes no passwords, so the LAN cannot.
 # Each board's hostname from rocky-vulkan.yaml (machines.<name>.hostname); others: the machine.
 ROCKY_HOSTNAME = "${MACHINE}"
+ROCKY_HOSTNAME:nanopc-t6-rocky = "nanopc-t6"
+ROCKY_HOSTNAME:orangepi-5 = "orangepi-5"
+ROCKY_HOSTNAME:orangepi-5-plus-rocky = "orangepi-5-plus"
 ROCKY_HOSTNAME:rock-5-itx = "rock-5-itx"
+ROCKY_HOSTNAME:rock-5a-rocky = "rock-5a"
 ROCKY_HOSTNAME:rock-5b-rocky = "rock-5b"
 ROCKY_USER = "rocky"
 # Each key as one single-quoted shell word, for the printf in rocky_image_identity.
