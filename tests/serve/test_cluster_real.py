@@ -159,19 +159,23 @@ class Board:
             "run_dir": str(tmp / "run"),
         }
         self.config = tmp / "config.json"
+        # A worker's rpc-server computes on ggml's CPU device; the head's own llama-bench runs
+        # (`cluster bench` alone) on no device at all (`-dev none`): the CPU, the same arithmetic.
+        device = "none" if name == "head" else "CPU"
         write_serve_config(
-            tmp, BIN_DIR, model, 8443, cluster=self.cluster, hostname=name, gpu_device="CPU"
+            tmp, BIN_DIR, model, 8443, cluster=self.cluster, hostname=name, gpu_device=device
         )
 
     @property
     def address(self) -> str:
         return parse(self.cluster).address(self.name)
 
-    def rocky_llm(self, *args: str, ns: str | None = None, stdin: str | None = None):
+    def rocky_llm(self, *args: str, ns: str | None = None, stdin: str | None = None,
+                  env: dict[str, str] | None = None, timeout: float = 120):  # fmt: skip
         argv = [*self.prefix, "--config", str(self.config), *args]
         return subprocess.run(
             in_ns(ns, *argv) if ns else argv, input=stdin, capture_output=True, text=True,
-            timeout=120, check=False,
+            timeout=timeout, check=False, env={**os.environ, **(env or {})},
         )  # fmt: skip
 
     def link_up(self, ns: str | None) -> None:
@@ -455,3 +459,25 @@ def test_split_output_is_the_single_board_s_and_a_lost_worker_is_no_hang(cluster
     finally:
         for w in WORKERS:
             workers[w] = start_worker(w)
+
+
+def test_the_head_measures_itself_alone_and_with_its_workers(cluster):
+    """`rocky-llm cluster bench`: real llama-bench, alone (-dev, here `none`: the head's CPU) and
+    spread over the workers (-rpc); every run's devices and rates kept. The rates say nothing
+    of the boards."""
+    _, boards, _, _ = cluster
+    hidden = {"VK_ICD_FILENAMES": "/nonexistent.json"}
+    out = boards["head"].rocky_llm("cluster", "bench", "--json", env=hidden, timeout=600)
+    print(out.stderr)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["workers"] == [f"{boards[w].address}:50052" for w in WORKERS]
+    for mode in ("alone", "cluster"):
+        assert doc["modes"][mode]["status"] == "PASS", doc["modes"][mode]
+        assert doc["modes"][mode]["pp_tps"] > 0 and doc["modes"][mode]["tg_tps"] > 0
+    spread = [r for r in doc["modes"]["cluster"]["runs"]]
+    assert all("-rpc" in r["cmd"] and "-dev" not in r["cmd"] for r in spread), spread[0]["cmd"]
+    assert all("RPC" in (r["devices"] or "") or r["devices"] in ("auto", "") for r in spread)
+    # A worker is refused the measurement: it is the head's.
+    w = boards["w1"].rocky_llm("cluster", "bench")
+    assert w.returncode == 2 and "is a worker: run `cluster bench` on head" in w.stderr, w.stderr

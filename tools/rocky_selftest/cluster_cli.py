@@ -7,7 +7,8 @@
 - `up` (root, rocky-cluster-link.service): the WireGuard link (a worker's in its RPC namespace);
 - `worker` (rocky-rpc.service, inside that namespace): exec rpc-server on the GPU;
 - `role` (rocky-rpc.service's ExecCondition): head, worker or none;
-- `status`: the role, the address, the peers and which workers answer.
+- `status`: the role, the address, the peers and which workers answer;
+- `bench` (head): prefill and decode alone and with the workers (cluster_bench.py).
 """
 
 from __future__ import annotations
@@ -101,6 +102,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 1  # not reached
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """The head alone and with its workers; stop the server first (it holds the GPU's memory)."""
+    from .cluster_bench import bench, summary
+
+    s = load_settings(args.config)
+    c = _cluster(s)
+    if c.role(s.board_name) != "head":
+        raise cl.ClusterError(f"{s.board_name} is a worker: run `cluster bench` on {c.head}")
+    doc = bench(s, c, args.ubatch, log=lambda text: _say(text, sys.stderr))
+    print(json.dumps(doc, indent=1) if args.json else summary(doc))
+    return 0 if all(m["status"] == "PASS" for m in doc["modes"].values()) else 1
+
+
 def cmd_role(args: argparse.Namespace) -> int:
     """This board's role; with --is ROLE, exit 0 when it is that (systemd's ExecCondition=),
     1 when not."""
@@ -145,6 +159,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     key = csub.add_parser("key", help="(root) make this board's key if missing; print it")
     key.add_argument("--json", action="store_true", help="as JSON, with the board's name")
     key.set_defaults(func=cmd_key)
+    bench = csub.add_parser(
+        "bench", help="(head) prefill and decode alone and with the workers (llama-bench)"
+    )
+    bench.add_argument("--ubatch", type=int, default=512, choices=(64, 128, 256, 512, 1024),
+                       help="llama-bench -ub (default: %(default)s)")  # fmt: skip
+    bench.add_argument("--json", action="store_true", help="every run, as JSON")
+    bench.set_defaults(func=cmd_bench)
     role = csub.add_parser("role", help="head, worker or none; --is ROLE: exit 0 if so, else 1")
     role.add_argument("--is", dest="is_role", choices=("head", "worker", "none"))
     role.set_defaults(func=cmd_role)

@@ -27,6 +27,7 @@ SRC_URI = "\
     file://rocky_selftest/checks.py \
     file://rocky_selftest/cli.py \
     file://rocky_selftest/cluster.py \
+    file://rocky_selftest/cluster_bench.py \
     file://rocky_selftest/cluster_cli.py \
     file://rocky_selftest/cts.py \
     file://rocky_selftest/driver.py \

@@ -1,0 +1,99 @@
+"""`rocky-llm cluster bench`: the head's prefill and decode on the served model, alone and with
+the workers that answer, measured as the placement step measures (llama-bench `-p P -n 128`,
+the server's micro-batch, modes interleaved per repetition, the median of each).
+
+Alone is this board's GPU (`-dev GPU`); the cluster run names no device and registers the
+workers (`-rpc`), so llama.cpp splits the layers over this GPU and theirs, as the server does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import cluster as cl
+from .bench import Deadline, start_record
+from .placement_bench import DECODE_TOKENS, bench_command, parse_pp_tg, summarize
+from .serve_settings import DEFAULT_UBATCH
+from .settings import Settings
+from .terminal import say
+
+MODES = ("alone", "cluster")
+
+
+def commands(s: Settings, ubatch: int, workers: list[str]) -> dict[str, tuple[list[str], dict]]:
+    alone, env = bench_command(s, "gpu", ubatch)
+    at = alone.index("-dev")
+    spread = [*alone[:at], *alone[at + 2 :], "-rpc", ",".join(workers)]  # no -dev: all devices
+    return {"alone": (alone, env), "cluster": (spread, env)}
+
+
+def run_one(s: Settings, mode: str, cmd: list[str], env: dict, ubatch: int,
+            deadline: Deadline) -> dict[str, Any]:  # fmt: skip
+    rec: dict[str, Any] = {"mode": mode, "ubatch": ubatch, "cmd": cmd}
+    res = start_record(s, "gpu", cmd, env, deadline, rec)
+    if res is None:
+        return rec
+    reason = res.failure()
+    found = None
+    if reason is None:
+        found, reason = parse_pp_tg(res.stdout, s.serve_request_prompt_tokens)
+    if found is not None:
+        pp, tg = found["pp"], found["tg"]
+        rec.update(pp_tps=pp["avg_ts"], tg_tps=tg["avg_ts"], devices=pp["devices"],
+                   n_gpu_layers=pp["n_gpu_layers"])  # fmt: skip
+        if not pp["n_gpu_layers"]:
+            reason = "no layers offloaded (n_gpu_layers 0)"
+    if reason:
+        rec.update(status="FAIL", reason=reason, stderr_tail=res.stderr_tail())
+    else:
+        rec["status"] = "PASS"
+    return rec
+
+
+def bench(s: Settings, c: cl.Cluster, ubatch: int = DEFAULT_UBATCH, log=say) -> dict[str, Any]:
+    """Both modes, s.repetitions times each; ClusterError when no worker answers."""
+    up, down = cl.reachable(c.rpc_endpoints())
+    if not up:
+        raise cl.ClusterError(
+            f"no worker's rpc-server answers over {c.interface} ({'; '.join(down)}): pair the "
+            "boards (`rocky-vulkan cluster pair`) and check `rocky-llm cluster status`"
+        )
+    for why in down:
+        log(f"  left out: rpc-server {why}")
+    cmds = commands(s, ubatch, up)
+    deadline = Deadline(s.deadline_s)
+    runs = []
+    for rep in range(s.repetitions):
+        for mode in MODES:
+            rec = run_one(s, mode, *cmds[mode], ubatch, deadline)
+            rec["repeat"] = rep
+            runs.append(rec)
+            if rec["status"] == "PASS":
+                log(f"  {mode:7} pp {rec['pp_tps']:.2f} t/s, tg {rec['tg_tps']:.2f} t/s")
+            else:
+                log(f"  {mode:7} FAIL {rec['reason']}")
+    prompt, generated = s.serve_request_prompt_tokens, s.serve_request_generated_tokens
+    modes = {m: summarize(runs, m, prompt, generated) for m in MODES}
+    return {
+        "workers": up,
+        "left_out": down,
+        "prompt_tokens": prompt,
+        "decode_tokens": DECODE_TOKENS,
+        "ubatch": ubatch,
+        "modes": modes,
+    }
+
+
+def summary(doc: dict[str, Any]) -> str:
+    """One line: both modes' rates, or which failed and why."""
+    modes = doc["modes"]
+    bad = [m for m in MODES if modes[m]["status"] != "PASS"]
+    if bad:
+        return f"{', '.join(bad)} not measured ({bad[0]}: {modes[bad[0]]['reason']})"
+    a, c = modes["alone"], modes["cluster"]
+    return (
+        f"alone pp{doc['prompt_tokens']} {a['pp_tps']:.2f} t/s, tg{doc['decode_tokens']} "
+        f"{a['tg_tps']:.2f} t/s; with {', '.join(doc['workers'])}: pp {c['pp_tps']:.2f} t/s "
+        f"({c['pp_tps'] / a['pp_tps']:.2f}x), tg {c['tg_tps']:.2f} t/s "
+        f"({c['tg_tps'] / a['tg_tps']:.2f}x)"
+    )
