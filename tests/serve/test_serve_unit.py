@@ -104,7 +104,10 @@ def test_credentials_and_user():
     assert s["DevicePolicy"] == ["closed"] and s["DeviceAllow"] == ["char-drm rw"]
 
 
-CLUSTER_UNITS = (LLM_FILES / "rocky-cluster-link.service", LLM_FILES / "rocky-rpc.service")
+CLUSTER_UNITS = tuple(
+    LLM_FILES / name
+    for name in ("rocky-cluster-link.service", "rocky-cluster-watch.service", "rocky-rpc.service")
+)
 
 
 def _cluster_units(tmp_path: Path) -> list[Path]:
@@ -132,3 +135,13 @@ def test_rpc_server_unit_exposure_is_at_most_the_server_s(tmp_path):
     print(f"rocky-rpc.service: systemd-analyze security --offline=true exposure {score}")
     assert score <= MAX_EXPOSURE, out
     assert settings(rpc.read_text())["NetworkNamespacePath"] == ["/run/netns/rocky-rpc"]
+
+
+@needs_analyze
+def test_watch_unit_exposure_is_at_most_the_server_s(tmp_path):
+    """The head's watch runs as root (to ask systemd for a restart), with no capability."""
+    watch = _cluster_units(tmp_path)[-2]
+    score, out = exposure(watch)
+    print(f"rocky-cluster-watch.service: systemd-analyze security --offline=true exposure {score}")
+    assert score <= MAX_EXPOSURE, out
+    assert settings(watch.read_text())["CapabilityBoundingSet"] == [""]

@@ -40,8 +40,9 @@ KEY_NAME = "wg.key"
 PUBLIC_NAME = "wg.pub"
 PEERS_NAME = "peers.json"
 # What a board restarts when its peers change: the link first, then what uses it.
+SERVER_UNIT = "rocky-llm.service"
 UNITS = {
-    "head": ("rocky-cluster-link.service", "rocky-llm.service"),
+    "head": ("rocky-cluster-link.service", SERVER_UNIT, "rocky-cluster-watch.service"),
     "worker": ("rocky-cluster-link.service", "rocky-rpc.service"),
 }
 DEFAULTS = {
@@ -324,3 +325,30 @@ def reachable(endpoints: list[str], timeout_s: float = 3.0) -> tuple[list[str], 
         except OSError as err:
             why.append(f"{ep}: {err.strerror or err}")
     return up, why
+
+
+def plan_workers(plan: Any) -> list[str]:
+    """The workers (host:port) the running server's plan gave its served model: the `cluster`
+    setting of the one model that has it (router.plan gives it to serve.model only)."""
+    models = plan.get("models") if isinstance(plan, dict) else None
+    used: list[str] = []
+    for entry in (models or {}).values():
+        item = entry.get("settings", {}).get("cluster") if isinstance(entry, dict) else None
+        value = item.get("value") if isinstance(item, dict) else None
+        if isinstance(value, list):
+            used += [ep for ep in value if isinstance(ep, str)]
+    return used
+
+
+def stale(c: Cluster, used: list[str], timeout_s: float = 3.0) -> str | None:
+    """Why the server's plan no longer matches the workers that answer (one it uses is gone, or
+    one it left out is back), else None. A lost worker is seen here even when its TCP
+    connection to the server never ends (power cut, cable pulled: no reset ever comes)."""
+    up, down = reachable(c.rpc_endpoints(), timeout_s)
+    gone = [why for why in down if why.split(": ", 1)[0] in used]
+    back = [ep for ep in up if ep not in used]
+    if gone:
+        return f"a worker the server uses stopped answering ({'; '.join(gone)})"
+    if back:
+        return f"a worker the server left out answers again ({', '.join(back)})"
+    return None

@@ -24,6 +24,7 @@ SRC_URI = "\
     file://rocky-llm.sh \
     file://rocky-cluster-link.service \
     file://rocky-rpc.service \
+    file://rocky-cluster-watch.service \
     file://rocky-llm.dnssd \
 "
 
@@ -37,21 +38,21 @@ USERADD_PARAM:${PN} = "--system --user-group --no-create-home \
                        --home-dir ${localstatedir}/lib/rocky-llm \
                        --shell ${base_sbindir}/nologin rocky-llm"
 
-# rocky-llm-cluster: the WireGuard link and a worker's rpc-server (cluster: in rocky-vulkan.yaml;
+# rocky-llm-cluster: the WireGuard link, a worker's rpc-server, the head's watch (cluster: in rocky-vulkan.yaml;
 # the image installs it only then). Both units wait for the owner to pair the boards.
 PACKAGES =+ "${PN}-cluster"
 
 SYSTEMD_PACKAGES = "${PN} ${PN}-cluster"
 SYSTEMD_SERVICE:${PN} = "rocky-llm.service rocky-llm-ollama.service rocky-llm-keys.service rocky-llm-retune.path"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
-SYSTEMD_SERVICE:${PN}-cluster = "rocky-cluster-link.service rocky-rpc.service"
+SYSTEMD_SERVICE:${PN}-cluster = "rocky-cluster-link.service rocky-rpc.service rocky-cluster-watch.service"
 
 do_configure[noexec] = "1"
 do_compile[noexec] = "1"
 
 do_install() {
     install -D -m 0755 ${S}/rocky-llm ${D}${bindir}/rocky-llm
-    for unit in rocky-llm.service rocky-llm-ollama.service rocky-llm-keys.service rocky-llm-retune.path rocky-llm-retune.service rocky-cluster-link.service rocky-rpc.service; do
+    for unit in rocky-llm.service rocky-llm-ollama.service rocky-llm-keys.service rocky-llm-retune.path rocky-llm-retune.service rocky-cluster-link.service rocky-rpc.service rocky-cluster-watch.service; do
         install -D -m 0644 ${S}/$unit ${D}${systemd_system_unitdir}/$unit
     done
     install -D -m 0644 ${S}/rocky-llm.sh ${D}${sysconfdir}/profile.d/rocky-llm.sh
@@ -59,7 +60,11 @@ do_install() {
     install -D -m 0644 ${S}/rocky-llm.dnssd ${D}${sysconfdir}/systemd/dnssd/rocky-llm.dnssd
 }
 
-FILES:${PN}-cluster += "${systemd_system_unitdir}/rocky-cluster-link.service ${systemd_system_unitdir}/rocky-rpc.service"
+FILES:${PN}-cluster += "\
+    ${systemd_system_unitdir}/rocky-cluster-link.service \
+    ${systemd_system_unitdir}/rocky-rpc.service \
+    ${systemd_system_unitdir}/rocky-cluster-watch.service \
+"
 FILES:${PN} += "${systemd_system_unitdir}"
 
 # openssl-bin makes the board's certificate; python3-* are the OE packages holding the modules

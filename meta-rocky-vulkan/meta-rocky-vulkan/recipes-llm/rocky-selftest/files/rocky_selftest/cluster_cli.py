@@ -8,7 +8,9 @@
 - `worker` (rocky-rpc.service, inside that namespace): exec rpc-server on the GPU;
 - `role` (rocky-rpc.service's ExecCondition): head, worker or none;
 - `status`: the role, the address, the peers and which workers answer;
-- `bench` (head): prefill and decode alone and with the workers (cluster_bench.py).
+- `bench` (head): prefill and decode alone and with the workers (cluster_bench.py);
+- `stale`, `watch` (head, rocky-cluster-watch.service): whether the server's workers still
+  answer; restart the server when they changed.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from . import cluster as cl
+from . import paths
+from .files import UnreadableFile, read_json
 from .settings import Settings, load_settings
 from .terminal import LOG_LINE_CHARS, clean_line
 
@@ -115,6 +120,50 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if all(m["status"] == "PASS" for m in doc["modes"].values()) else 1
 
 
+def _used_workers(settings_file: str) -> list[str] | None:
+    """The running server's workers, from the settings it wrote; None when it wrote none."""
+    try:
+        return cl.plan_workers(read_json(settings_file, 1 << 20))
+    except (FileNotFoundError, UnreadableFile):
+        return None
+
+
+def cmd_stale(args: argparse.Namespace) -> int:
+    """Exit 1 when the server's plan no longer matches the workers that answer, saying why."""
+    s = load_settings(args.config)
+    c = _cluster(s)
+    used = _used_workers(args.settings_file)
+    if used is None:
+        raise cl.ClusterError(f"no server settings at {args.settings_file}: is rocky-llm running?")
+    why = cl.stale(c, used)
+    _say(why or f"the server's workers answer ({', '.join(used) or 'none used'})")
+    return 1 if why else 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """rocky-cluster-watch.service on the head: restart the server when its plan is stale on two
+    probes in a row, so it plans again with the workers that answer; then give it time."""
+    s = load_settings(args.config)
+    c = _cluster(s)
+    if c.role(s.board_name) != "head":
+        raise cl.ClusterError(f"{s.board_name} is a worker: only the head watches")
+    strikes = 0
+    while True:
+        used = _used_workers(args.settings_file)
+        why = cl.stale(c, used) if used is not None else None
+        strikes = strikes + 1 if why else 0
+        if strikes >= 2:
+            _say(f"restarting {cl.SERVER_UNIT}: {why}")
+            sys.stdout.flush()
+            try:
+                subprocess.run(["systemctl", "restart", cl.SERVER_UNIT], timeout=300, check=False)
+            except (OSError, subprocess.TimeoutExpired) as err:
+                _say(f"systemctl restart {cl.SERVER_UNIT}: {err}")
+            strikes = 0
+            time.sleep(args.settle)  # the new server plans, loads and writes its settings
+        time.sleep(args.interval)
+
+
 def cmd_role(args: argparse.Namespace) -> int:
     """This board's role; with --is ROLE, exit 0 when it is that (systemd's ExecCondition=),
     1 when not."""
@@ -166,6 +215,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="llama-bench -ub (default: %(default)s)")  # fmt: skip
     bench.add_argument("--json", action="store_true", help="every run, as JSON")
     bench.set_defaults(func=cmd_bench)
+    stale = csub.add_parser("stale", help="(head) exit 1 if the server's workers changed")
+    stale.add_argument("--settings-file", default=paths.LLM_SETTINGS, help="default: %(default)s")
+    stale.set_defaults(func=cmd_stale)
+    watch = csub.add_parser("watch", help="(head) restart the server when its workers change")
+    watch.add_argument("--settings-file", default=paths.LLM_SETTINGS, help="default: %(default)s")
+    watch.add_argument("--interval", type=float, default=10.0, help="seconds between probes")
+    watch.add_argument("--settle", type=float, default=60.0, help="seconds after a restart")
+    watch.set_defaults(func=cmd_watch)
     role = csub.add_parser("role", help="head, worker or none; --is ROLE: exit 0 if so, else 1")
     role.add_argument("--is", dest="is_role", choices=("head", "worker", "none"))
     role.set_defaults(func=cmd_role)
