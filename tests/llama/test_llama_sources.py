@@ -32,6 +32,7 @@ SERIES = [
     )
 ]
 FLUSH_PATCH = REPO / "patches" / "llama.cpp-perplexity-flush-log.patch"
+ROUTER_PATCH = REPO / "patches" / "llama.cpp-server-router-child-exit.patch"
 
 
 def test_git_blob_equals_git_hash_object(tmp_path):
@@ -164,18 +165,24 @@ def test_pypi_gives_the_exact_pin_patched_with_hooks_only_when_asked(tmp_path, c
 
 @pytest.mark.slow
 @pytest.mark.needs_llama_sdist
-def test_the_perplexity_patch_applies_to_the_tree_sdist_and_the_banner_says_so(tmp_path, capsys):
-    # tools/ has no pinned blob here: the patch's own pre-image blob is what is checked.
+def test_the_patches_outside_ggml_vulkan_apply_to_the_tree_sdist_and_the_banner_says_so(
+    tmp_path, capsys
+):
+    # tools/ has no pinned blob here: each patch's own pre-image blob is what is checked.
+    outside = [FLUSH_PATCH, ROUTER_PATCH]
     tree = ls.prepare(
-        tmp_path / "check", patches=[*SERIES, FLUSH_PATCH], cache=_sdist_cache(), check_only=True
+        tmp_path / "check", patches=[*SERIES, *outside], cache=_sdist_cache(), check_only=True
     )
     out = capsys.readouterr().out
-    rel = "tools/perplexity/perplexity.cpp"
-    assert f"pre-image blob = the patch's): {rel}" in out
-    assert "common_log_flush(common_log_main());" in (tree / rel).read_text()
-    post = {f.path: f.post for f in ls.parse_patch(FLUSH_PATCH)}
-    assert ls.git_blob((tree / rel).read_bytes()).startswith(post[rel])
-    assert json.loads((tree / ls.STAMP).read_text())["outside_ggml_vulkan"] == [rel]
+    rels = ["tools/perplexity/perplexity.cpp", "tools/server/server-models.cpp"]
+    for rel in rels:
+        assert f"pre-image blob = the patch's): {rel}" in out, rel
+    assert "common_log_flush(common_log_main());" in (tree / rels[0]).read_text()
+    assert "output_ended = true;" in (tree / rels[1]).read_text()
+    post = {f.path: f.post for p in outside for f in ls.parse_patch(p)}
+    for rel in rels:
+        assert ls.git_blob((tree / rel).read_bytes()).startswith(post[rel]), rel
+    assert sorted(json.loads((tree / ls.STAMP).read_text())["outside_ggml_vulkan"]) == rels
 
 
 @pytest.fixture(scope="module")
