@@ -23,7 +23,7 @@ from tests.helpers.llama_bin import BIN_DIR
 from tests.helpers.serve import TEXT_ONLY, unit_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.needs_llama_bin]
-RM_REQUESTS = 12  # 400 tokens each on 2 slots: a few seconds of work for `rm` to wait out
+RM_REQUESTS = 12  # 400 tokens each on 2 slots: ~5 s of work for `rm` to wait out (~1 s to ask)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,11 @@ def served(tmp_path_factory):
 def second(tmp_path_factory) -> bytes:
     from rocky_vulkan.llama.testmodel import write_preset
 
-    return write_preset("tiny", tmp_path_factory.mktemp("second") / "s.gguf", seed=2).read_bytes()
+    # 8 layers, 4x the reference's: its answers are slow enough (about 1 s per 400 tokens here)
+    # that `rm` finds them still running; the 2-layer model's were done in ~1 s, about when
+    # `rm` asked (CI saw `rm` find none: the test did not test the wait).
+    path = tmp_path_factory.mktemp("second") / "s.gguf"
+    return write_preset("tiny", path, seed=2, n_layer=8).read_bytes()
 
 
 def rocky_llm(info: dict, *args: str) -> subprocess.CompletedProcess:
@@ -124,7 +128,8 @@ class StreamingChat:
 
 def test_the_image_starts_with_its_one_model(served):
     server, info = served
-    assert router_models(server) == {"reference": "loaded"}
+    # The router answers /health at once; its load-on-startup model loads beside it.
+    assert settled_models(server) == {"reference": "loaded"}
     out = rocky_llm(info, "list")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0].startswith("* reference ")

@@ -279,3 +279,16 @@ def test_a_plan_from_before_clusters_still_serves(tmp_path, tiny):
     del plan["settings"]["cluster"]
     argv, _ = server_command(s, plan, "/creds")
     assert "--rpc" not in argv and "-dev" in argv
+
+
+def test_rm_says_so_when_the_server_cannot_be_asked_about_requests():
+    # A port nothing listens on: the real refusal `rm` meets when the router is down.
+    from rocky_selftest.router import drain
+    from rocky_selftest.serve_client import Api
+
+    from tests.helpers.serve import free_port
+
+    said = drain(Api("127.0.0.1", free_port(), "k"), "second", timeout_s=5)
+    assert said.startswith("could not ask the server about requests on second (")
+    assert said.endswith("): not waited for")
+    assert drain(None, "second") == ""  # the server is off: nothing to wait for

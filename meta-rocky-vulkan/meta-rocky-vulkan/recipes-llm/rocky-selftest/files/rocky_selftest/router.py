@@ -288,8 +288,9 @@ def drain(api: Api | None, name: str, timeout_s: float = DRAIN_TIMEOUT_S) -> str
                 return f"{n} request(s) on {name} still running after {timeout_s:.0f} s: ended"
             time.sleep(0.25)
             n = busy_requests(api, name)
-    except (ClientError, AttributeError):
-        return ""
+    except ClientError as err:
+        # Unknown, not none: say so (the server may be down, or too busy to answer).
+        return f"could not ask the server about requests on {name} ({err}): not waited for"
     if not first:
         return ""
     return f"waited {time.monotonic() - t0:.1f} s for {first} request(s) on {name} to finish"
