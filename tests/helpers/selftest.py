@@ -73,7 +73,7 @@ TINY_TEXT_ONLY = {str(i): -100 for i in range(3 + 256)}
 STACK = ["gpu_driver", "csf_firmware", "no_vendor_driver", "vulkan_device"]
 # The server steps start llama-server and run llama-bench in three modes: tests of their own
 # (test_selftest_serving*.py).
-SERVER_STEPS = ["placement", "serving", "speculative"]
+SERVER_STEPS = ["placement", "serving", "speculative", "cluster"]
 GOOD_ENTRY = {
     "avg_ts": 123.5,
     "samples_ts": [123.5],

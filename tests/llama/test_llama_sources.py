@@ -34,6 +34,7 @@ SERIES = [
 FLUSH_PATCH = REPO / "patches" / "llama.cpp-perplexity-flush-log.patch"
 ROUTER_PATCH = REPO / "patches" / "llama.cpp-server-router-child-exit.patch"
 PROXY_PATCH = REPO / "patches" / "llama.cpp-server-router-proxy-read-timeout.patch"
+RPC_PATCH = REPO / "patches" / "llama.cpp-ggml-rpc-tcp-keepalive.patch"
 
 
 def test_git_blob_equals_git_hash_object(tmp_path):
@@ -169,21 +170,25 @@ def test_pypi_gives_the_exact_pin_patched_with_hooks_only_when_asked(tmp_path, c
 def test_the_patches_outside_ggml_vulkan_apply_to_the_tree_sdist_and_the_banner_says_so(
     tmp_path, capsys
 ):
-    # tools/ has no pinned blob here: each patch's own pre-image blob is what is checked.
-    outside = [FLUSH_PATCH, ROUTER_PATCH, PROXY_PATCH]  # the two router patches in this order
+    # tools/ and ggml-rpc have no pinned blob here: each patch's own pre-image blob is what is
+    # checked (the two router patches in this order).
+    outside = [FLUSH_PATCH, ROUTER_PATCH, PROXY_PATCH, RPC_PATCH]
     tree = ls.prepare(
         tmp_path / "check", patches=[*SERIES, *outside], cache=_sdist_cache(), check_only=True
     )
     out = capsys.readouterr().out
-    rels = ["tools/perplexity/perplexity.cpp", "tools/server/server-models.cpp"]
+    rels = [
+        "ggml/src/ggml-rpc/transport.cpp",
+        "tools/perplexity/perplexity.cpp",
+        "tools/server/server-models.cpp",
+    ]
     for rel in rels:
         assert f"pre-image blob = the patch's): {rel}" in out, rel
-    assert "common_log_flush(common_log_main());" in (tree / rels[0]).read_text()
-    assert "output_ended = true;" in (tree / rels[1]).read_text()
-    assert (
-        "std::max<int32_t>(base_params.timeout_write, PROXY_READ_TIMEOUT)"
-        in (tree / rels[1]).read_text()
-    )
+    assert "set_keep_alive(client_socket_fd);" in (tree / rels[0]).read_text()
+    assert "common_log_flush(common_log_main());" in (tree / rels[1]).read_text()
+    server = (tree / rels[2]).read_text()
+    assert "output_ended = true;" in server
+    assert "std::max<int32_t>(base_params.timeout_write, PROXY_READ_TIMEOUT)" in server
     post = {f.path: f.post for p in outside for f in ls.parse_patch(p)}
     for rel in rels:
         assert ls.git_blob((tree / rel).read_bytes()).startswith(post[rel]), rel

@@ -122,7 +122,7 @@ def test_cli_run_writes_result_motd_and_stamp_even_when_everything_fails(tmp_pat
     names = [c["name"] for c in doc["checks"]]
     assert names == [
         "gpu_driver", "csf_firmware", "no_vendor_driver", "vulkan_device", "model_sha256",
-        "sweep", "ratio", "output_match", "placement", "serving", "speculative",
+        "sweep", "ratio", "output_match", "placement", "serving", "speculative", "cluster",
     ]  # fmt: skip
     assert [r["reason"] for r in doc["sweep"]][:1] == ["killed by SIGSEGV"]
     assert stamp.read_text().startswith("FAIL ")  # written once the verdict was saved

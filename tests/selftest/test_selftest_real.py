@@ -138,7 +138,10 @@ def test_the_server_steps_read_the_run_so_far(result):
     both servers)."""
     _, doc, _ = result
     checks = _checks(doc)
-    assert list(checks)[-3:] == ["placement", "serving", "speculative"]
+    assert list(checks)[-4:] == ["placement", "serving", "speculative", "cluster"]
+    # No cluster in this config: the head-only step says so, and nothing is recorded.
+    assert checks["cluster"]["status"] == "SKIP" and doc["cluster"] is None
+    assert checks["cluster"]["evidence"].startswith("no cluster in the config")
     place = doc["placement"]
     assert checks["placement"]["status"] == "FAIL"
     assert "gpu_driver" in checks["placement"]["evidence"] and place["chosen"] == "cpu"

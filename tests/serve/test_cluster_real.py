@@ -483,6 +483,40 @@ def test_the_head_measures_itself_alone_and_with_its_workers(cluster):
     assert w.returncode == 2 and "is a worker: run `cluster bench` on head" in w.stderr, w.stderr
 
 
+def test_the_head_s_self_test_records_both_and_the_report_shows_them(cluster):
+    """The self-test's `cluster` step (the layer's copy, as the head runs it), its section read
+    by `rocky-vulkan report`'s own checker: both modes measured, both rows PASS."""
+    from rocky_vulkan.host.cluster_doc import cluster_rows
+    from rocky_vulkan.host.result_doc import checked
+
+    from tests.host.test_report import _doc
+
+    _, boards, _, _ = cluster
+    head = boards["head"]
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]);"
+        "from rocky_selftest.bench import Deadline;"
+        "from rocky_selftest.cluster_step import cluster;"
+        "from rocky_selftest.settings import load_settings;"
+        "s = load_settings(sys.argv[2]);"
+        "c, d = cluster(s, Deadline(s.deadline_s), {}, log=lambda t: print(t, file=sys.stderr));"
+        "print(json.dumps({'check': c.to_json(), 'data': d}))"
+    )
+    argv = [sys.executable, "-S", "-I", "-B", "-c", code, str(head.lib), str(head.config)]
+    env = {**os.environ, "VK_ICD_FILENAMES": "/nonexistent.json"}
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    step = json.loads(out.stdout)
+    print(step["check"]["evidence"])  # the self-test's line (CPU here: says nothing of boards)
+    assert step["check"]["status"] == "PASS", step["check"]
+    assert step["check"]["evidence"].startswith("alone pp"), step["check"]
+    doc = checked({**_doc(crash_at=None), "cluster": step["data"]})
+    assert doc["problems"] == [], doc["problems"]
+    rows = {r[0]: r for r in cluster_rows(doc["cluster"])}
+    assert rows["cluster: alone"][3] == rows["cluster: with 2 worker(s)"][3] == "PASS", rows
+    assert "this board alone" in rows["cluster: with 2 worker(s)"][1]
+
+
 def test_a_worker_lost_without_a_word_is_seen_and_the_head_plans_again(cluster, tmp_path):
     """w2's cable pulled during a request: no reset ever reaches the head. The request ends
     (an error, never a hang); the restarted child cannot reach w2 either, so requests fail
@@ -540,13 +574,15 @@ def test_a_worker_lost_without_a_word_is_seen_and_the_head_plans_again(cluster, 
     finally:
         sh(*in_ns(net.ns("w2"), "ip", "link", "set", "eth0", "up"), check=False)
         server.stop()
-    # Restarted once more, with the cable back: w2's rpc-server may still be held by the dead
-    # connection (it sets no TCP keepalive: docs/verification/cluster.md), and then does not
-    # accept; the plan leaves it out and the server answers, never hangs.
+    # Restarted once more, with the cable back: w2's rpc-server dropped the dead connection
+    # (TCP keepalive, our patch llama.cpp-ggml-rpc-tcp-keepalive.patch: about 30 s after the
+    # pull, long past here) and accepts again: the plan uses both workers and the answer is the
+    # single board's.
     server, info = head_server(tmp_path, boards, "back", gpu=True)
     try:
         item = json.loads(info["settings_file"].read_text())["models"]["reference"]
         print("with the cable back:", item["settings"]["cluster"]["reason"])
+        assert "2 of 2 workers answer" in item["settings"]["cluster"]["reason"], item
         t0 = time.monotonic()
         status, data = chat(server, 24, timeout=120)
         print(f"then: {status} after {time.monotonic() - t0:.1f} s")

@@ -292,3 +292,34 @@ def test_rm_says_so_when_the_server_cannot_be_asked_about_requests():
     assert said.startswith("could not ask the server about requests on second (")
     assert said.endswith("): not waited for")
     assert drain(None, "second") == ""  # the server is off: nothing to wait for
+
+
+@pytest.mark.parametrize(("who", "cluster", "why"), [
+    ("head", None, "no cluster in the config"),
+    ("w1", CLUSTER, "this board is a worker"),
+    ("stranger", CLUSTER, "this board is a stranger"),
+])  # fmt: skip
+def test_the_cluster_step_is_a_head_s_only(tmp_path, tiny, who, cluster, why):
+    from rocky_selftest.bench import Deadline
+    from rocky_selftest.cluster_step import cluster as cluster_step
+
+    extra = {"cluster": cluster} if cluster else {}
+    s = settings(tmp_path, tiny, hostname=who, **extra)
+    check, data = cluster_step(s, Deadline(60), {})
+    assert (check.status, data) == ("SKIP", None)
+    assert check.evidence == f"{why}: only a cluster's head measures it"
+
+
+def test_a_head_whose_workers_do_not_answer_skips_and_says_how_to_measure_later(tmp_path, tiny):
+    from rocky_selftest.bench import Deadline
+    from rocky_selftest.cluster_step import cluster as cluster_step
+
+    from tests.helpers.serve import free_port
+
+    # The workers' addresses are not on this machine: the real connect fails (at first boot
+    # they are not paired yet).
+    s = settings(tmp_path, tiny, hostname="head", cluster={**CLUSTER, "rpc_port": free_port()})
+    check, data = cluster_step(s, Deadline(60), {})
+    assert (check.status, data) == ("SKIP", None)
+    assert "no worker's rpc-server answers" in check.evidence, check.evidence
+    assert check.evidence.endswith("then `rocky-llm cluster bench` measures it")

@@ -14,6 +14,7 @@ from rocky_selftest.cts import FAILING as FAILING_STATUSES
 from rocky_selftest.sequence import CHECK_ORDER
 
 from rocky_vulkan.config import Reference, load_config
+from rocky_vulkan.host.cluster_doc import cluster_rows
 from rocky_vulkan.host.plot_files import check_plot_out, save_png, sibling
 from rocky_vulkan.host.result_doc import (
     MODES,
@@ -145,6 +146,7 @@ def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str,
         "placement",
         "serving",
         "speculative",
+        "cluster",
         "gpu_driver",
         "csf_firmware",
         "no_vendor_driver",
@@ -154,6 +156,7 @@ def table_rows(doc: dict[str, Any], ref: Reference) -> list[tuple[str, str, str,
         if name in checks:
             rows.append((name, checks[name]["evidence"], "", checks[name]["status"]))
     rows += placement_rows(doc) + serving_rows(doc) + spec_rows(doc.get("speculative"))
+    rows += cluster_rows(doc.get("cluster"))
     problems = doc.get("problems", [])
     for problem in problems[:MAX_BAD_ROWS]:
         rows.append(("malformed", problem, "", "BAD"))
@@ -418,9 +421,9 @@ def plot_serving(doc: dict[str, Any], out: Path) -> Path | None:
 
 
 # The checks a PASS needs as evidence, each present and PASS: all but the serving ones, which
-# the board skips when serve.listen is off.
+# the board skips when serve.listen is off, and the cluster's, which only a head runs.
 SERVER_CHECKS = ("placement", "serving", "speculative")
-EVIDENCE_CHECKS = tuple(name for name in CHECK_ORDER if name not in SERVER_CHECKS)
+EVIDENCE_CHECKS = tuple(n for n in CHECK_ORDER if n not in (*SERVER_CHECKS, "cluster"))
 
 
 def missing_evidence(doc: dict[str, Any]) -> list[str]:

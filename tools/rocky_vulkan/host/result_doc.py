@@ -20,6 +20,7 @@ from rocky_selftest.results import FINAL_VERDICTS, IN_PROGRESS
 from rocky_selftest.sequence import CHECK_ORDER
 
 from rocky_vulkan.errors import UserError
+from rocky_vulkan.host.cluster_doc import cluster_section
 from rocky_vulkan.host.cts_doc import cts_section
 from rocky_vulkan.host.spec_doc import spec_section
 from rocky_vulkan.regularfile import NotReadable, read_regular, shown
@@ -507,6 +508,7 @@ def check_result(doc: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[
         "placement": _placement(doc.get("placement"), c),
         "serving": _serving(doc.get("serving"), c),
         "speculative": spec_section(doc.get("speculative"), c),
+        "cluster": cluster_section(doc.get("cluster"), c),
         "cts": cts_section(doc.get("cts"), c),
         "driver": _driver(doc.get("driver"), c),
     }

@@ -27,6 +27,7 @@ SRC_URI = "git://github.com/ggml-org/llama.cpp.git;protocol=https;branch=master 
            file://llama.cpp-perplexity-flush-log.patch \
            file://llama.cpp-server-router-child-exit.patch \
            file://llama.cpp-server-router-proxy-read-timeout.patch \
+           file://llama.cpp-ggml-rpc-tcp-keepalive.patch \
            "
 SRCREV = "389ff61d77b5c71cec0cf92fe4e5d01ace80b797"
 

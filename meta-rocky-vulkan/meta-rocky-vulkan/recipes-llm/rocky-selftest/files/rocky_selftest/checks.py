@@ -24,6 +24,7 @@ CHECK_ORDER = (
     "placement",
     "serving",
     "speculative",
+    "cluster",
 )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from .bench import Deadline, ratio, sweep
 from .checks import CHECK_ORDER, ERROR, PASS, SKIP, Check, failed, verdict_of
+from .cluster_step import cluster
 from .match import output_match
 from .outcome import base_doc, now
 from .placement_bench import placement
@@ -86,8 +87,13 @@ def run_selftest(
         guarded(name, one)
     # The server's placement, what its users feel and its decode mode: each reads the run so far
     # (the GPU checks, the sweep, then the placement), as the board's server will read the saved
-    # result.
-    steps = (("placement", placement), ("serving", serving), ("speculative", speculative))
+    # result. Then, on a cluster's head, the board alone against the cluster.
+    steps = (
+        ("placement", placement),
+        ("serving", serving),
+        ("speculative", speculative),
+        ("cluster", cluster),
+    )
     for name, step in steps:
 
         def measured(name=name, step=step) -> Check:

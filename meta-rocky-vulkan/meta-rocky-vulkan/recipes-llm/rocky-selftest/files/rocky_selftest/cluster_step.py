@@ -1,0 +1,42 @@
+"""The `cluster` step (a head only): prefill and decode on the served model, this board alone and
+spread over the workers that answer, measured as `rocky-llm cluster bench` measures
+(cluster_bench.py). The report shows both and their ratio.
+
+A board outside a cluster, or a worker, skips it; so does a head whose workers do not answer yet
+(at first boot they are not paired: `rocky-llm cluster bench` measures it later). A head whose
+workers answer but whose runs fail fails it: the cluster it is configured for does not work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import cluster as cl
+from .bench import Deadline
+from .checks import SKIP, Check, failed, passed
+from .cluster_bench import bench, summary
+from .serve_settings import DEFAULT_UBATCH
+from .settings import Settings
+from .terminal import say
+
+NAME = "cluster"
+
+
+def cluster(
+    s: Settings, deadline: Deadline, doc: dict[str, Any], log=say
+) -> tuple[Check, dict[str, Any] | None]:
+    """This board alone and with its workers, or why not (a SKIP with its reason)."""
+    del deadline, doc  # the bench keeps its own deadline (s.deadline_s) and the served ub
+    c = cl.parse(s.cluster)
+    role = c.role(s.board_name) if c is not None else None
+    if role != "head":
+        why = "no cluster in the config" if c is None else f"this board is a {role or 'stranger'}"
+        return Check(NAME, SKIP, f"{why}: only a cluster's head measures it"), None
+    try:
+        data = bench(s, c, DEFAULT_UBATCH, log=log)
+    except cl.ClusterError as err:
+        return Check(NAME, SKIP, f"{err}; then `rocky-llm cluster bench` measures it"), None
+    line = summary(data)
+    if all(m["status"] == "PASS" for m in data["modes"].values()):
+        return passed(NAME, line), data
+    return failed(NAME, line), data
