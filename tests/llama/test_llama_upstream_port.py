@@ -27,6 +27,7 @@ PINNED = [
         "llama.cpp-0004-vulkan-mali-warptile-env.patch",
         "llama.cpp-perplexity-flush-log.patch",
         "llama.cpp-server-router-proxy-read-timeout.patch",
+        "llama.cpp-ggml-rpc-tcp-keepalive.patch",
     )
 ]
 # git blob ids at b11312 (0c1e57098) of every file the port touches
@@ -36,6 +37,7 @@ B11312_BLOBS = {
     "ggml/src/ggml-vulkan/ggml-vulkan-types.h": "ee50f51a383618b327716e73f6cdb34fbdbcab25",
     "tools/perplexity/perplexity.cpp": "601361acdce0b27cc7c586798636d7ab41515dc8",
     "tools/server/server-models.cpp": "a8996b00c9501ac9d0776d0de41f9ddff1ce56a4",
+    "ggml/src/ggml-rpc/transport.cpp": "b28d16605cb1c8396e465503609cd608926287bb",
 }
 
 
@@ -48,7 +50,7 @@ def _author(text: str) -> str:
 
 
 def test_port_index_lines_chain_from_b11312_blobs():
-    assert [p.name[:4] for p in PORT] == ["0001", "0002", "0003", "0004", "0005", "0006"]
+    assert [p.name[:4] for p in PORT] == ["0001", "0002", "0003", "0004", "0005", "0006", "0007"]
     current = dict(B11312_BLOBS)
     for patch in PORT:
         for f in ls.parse_patch(patch):
