@@ -119,6 +119,24 @@ def test_ratios_without_runs_are_not_judged():
     assert rows["serving goal"][3] == "not judged"
 
 
+def test_a_moe_model_s_experts_cpu_row_and_a_dense_model_without_it():
+    doc = _full()
+    assert [r[0] for r in placement_rows(doc)][:3] == [
+        "placement gpu", "placement cpu", "placement hybrid"]  # fmt: skip
+    assert not any("experts-cpu" in r[0] for r in placement_rows(doc))
+    doc["placement"]["experts_per_layer"] = 128
+    rows = {r[0]: r for r in placement_rows(doc)}
+    assert rows["placement experts-cpu"][1] == "not measured"  # a MoE model should have it
+    doc["placement"]["modes"]["experts-cpu"] = copy.deepcopy(doc["placement"]["modes"]["cpu"])
+    rows = {r[0]: r for r in placement_rows(doc)}
+    assert rows["placement experts-cpu"][3] == "PASS" and checked(doc)["problems"] == []
+    doc["placement"]["experts_per_layer"] = 0  # measured on a model without experts
+    assert any("without experts" in p for p in checked(doc)["problems"])
+    for bad in (-1, True, 1 << 20, "128"):
+        doc["placement"]["experts_per_layer"] = bad
+        assert any("experts_per_layer" in p for p in checked(doc)["problems"]), bad
+
+
 def test_chosen_slower_mode_is_a_problem():
     doc = _full()
     doc["placement"]["chosen"] = "gpu"  # slower than hybrid and the CPU

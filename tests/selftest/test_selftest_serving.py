@@ -86,6 +86,11 @@ def test_hybrid_and_gpu_runs_must_have_used_what_they_claim():
     assert "does not name" in dp(s, "hybrid", entry(P, 0, n_gpu_layers=0, gpu_info=""))
     assert "CPU run used" in dp(s, "cpu", entry(P, 0))
     assert dp(s, "cpu", entry(P, 0, devices="none", n_gpu_layers=0)) is None
+    # experts-cpu: the GPU as for gpu, and llama-bench must say it kept every layer's experts
+    assert dp(s, "experts-cpu", entry(P, 0, n_cpu_moe=2), 2) is None
+    assert "of 0 layers on the CPU, not 2" in dp(s, "experts-cpu", entry(P, 0, n_cpu_moe=0), 2)
+    assert "None layers" in dp(s, "experts-cpu", entry(P, 0), 2)  # a build that ignored -ncmoe
+    assert "n_gpu_layers 0" in dp(s, "experts-cpu", entry(P, 0, n_gpu_layers=0, n_cpu_moe=2), 2)
 
 
 # --- the placement decision --------------------------------------------------------------------
@@ -109,16 +114,47 @@ GPU_CHECKS = ("gpu_driver", "vulkan_device", "sweep", "output_match")
 GPU_PASSED = {"checks": [{"name": n, "status": "PASS"} for n in GPU_CHECKS]}
 
 
-def _placement(monkeypatch, rates: dict, doc: dict) -> tuple:
+def _placement(monkeypatch, rates: dict, doc: dict, model: str = "m", layers: list | None = None):
     """FAKE: run_mode returns canned records (the real runs: test_selftest_serving_real.py)."""
 
-    def fake(s, mode, ubatch, deadline):
+    def fake(s, mode, ubatch, deadline, n_layer=0):
+        if layers is not None:
+            layers.append((mode, n_layer))
         pp, tg, *fail = rates[mode]
         return rec(mode, pp, tg, *(("FAIL", fail[0]) if fail else ())) | {"ubatch": ubatch}
 
     monkeypatch.setattr(placement_bench, "run_mode", fake)
-    s = Settings(model_path="m", model_sha256=None, ubatch_sizes=(64,), repetitions=2)
+    s = Settings(model_path=model, model_sha256=None, ubatch_sizes=(64,), repetitions=2)
     return placement_bench.placement(s, Deadline(60), doc, log=lambda _: None)
+
+
+def test_a_moe_model_is_also_measured_with_its_experts_on_the_cpu(monkeypatch, tmp_path):
+    from rocky_vulkan.llama.testmodel import write_preset
+
+    moe = str(write_preset("tiny-moe", tmp_path / "moe.gguf", n_layer=3))
+    rates = {"gpu": (100, 4), "cpu": (20, 6.8), "hybrid": (100, 6.8), "experts-cpu": (90, 9)}
+    layers: list = []
+    check, data = _placement(monkeypatch, rates, GPU_PASSED, model=moe, layers=layers)
+    # 2048/90 + 256/9 = 51.2 s beats hybrid's 58 s
+    assert check.status == "PASS" and data["chosen"] == "experts-cpu", check
+    assert set(data["modes"]) == {"gpu", "cpu", "hybrid", "experts-cpu"}
+    assert data["experts_per_layer"] == 8 and ("experts-cpu", 3) in layers
+    # the same rates on a dense model: experts-cpu is not a mode it has
+    dense = str(write_preset("tiny", tmp_path / "dense.gguf"))
+    check, data = _placement(monkeypatch, rates, GPU_PASSED, model=dense)
+    assert set(data["modes"]) == {"gpu", "cpu", "hybrid"} and data["chosen"] == "hybrid"
+    assert data["experts_per_layer"] == 0
+
+
+def test_a_failed_experts_cpu_run_fails_the_step(monkeypatch, tmp_path):
+    from rocky_vulkan.llama.testmodel import write_preset
+
+    moe = str(write_preset("tiny-moe", tmp_path / "moe.gguf"))
+    why = "kept the experts of None layers on the CPU, not 2"
+    rates = {"gpu": (100, 4), "cpu": (20, 6.8), "hybrid": (100, 6.8), "experts-cpu": (0, 0, why)}
+    check, data = _placement(monkeypatch, rates, GPU_PASSED, model=moe)
+    assert check.status == "FAIL" and "experts-cpu not measured" in check.evidence
+    assert data["chosen"] == "hybrid"
 
 
 def test_placement_chooses_the_least_time_for_the_typical_request(monkeypatch):
@@ -174,6 +210,11 @@ def test_the_placement_runs_use_the_servers_ub_and_name_the_gpu():
     assert "served.gguf" in placement_bench.bench_command(other, "gpu", 256)[0]
     hybrid, _ = placement_bench.bench_command(s, "hybrid", 256)
     assert "-dev" not in hybrid and hybrid[hybrid.index("-ngl") + 1] == "0"
+    experts, _ = placement_bench.bench_command(s, "experts-cpu", 256, n_layer=48)
+    assert experts[experts.index("-ngl") + 1] == "99" and "-dev" in experts
+    assert experts[experts.index("-ncmoe") + 1] == "48"
+    with pytest.raises(ValueError, match="layer count"):
+        placement_bench.bench_command(s, "experts-cpu", 256)
 
 
 # --- the event stream --------------------------------------------------------------------------

@@ -60,3 +60,13 @@ def test_the_draft_model_counts_in_the_footprint(tmp_path):
     assert _footprint(_plan(model.path, "gpu", spec), model) == plain + 4096
     draft.unlink()  # gone since: counted as nothing (derive() then leaves the mode out)
     assert _footprint(_plan(model.path, "gpu", spec), model) == plain
+
+
+def test_experts_cpu_keeps_the_experts_in_ram_and_its_draft_on_the_gpu():
+    draft = {"mode": "draft", "draft_model": "/models/small.gguf"}
+    ini = _presets({"moe": _plan("/models/moe.gguf", "experts-cpu", draft),
+                    "dense": _plan("/models/d.gguf", "gpu", None)})  # fmt: skip
+    moe = ini["moe"]
+    assert moe["cpu-moe"] == "true" and moe["n-gpu-layers"] == "99"
+    assert moe["device"] == "Vulkan0" and moe["spec-draft-device"] == "Vulkan0"
+    assert "cpu-moe" not in ini["dense"]

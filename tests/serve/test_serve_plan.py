@@ -124,6 +124,26 @@ def test_model_shape_reads_the_gguf_metadata(tiny):
     assert shape.context_length == 4096
     # 2 layers x 4 KV heads x (64 + 64) x 2 bytes (tiny: n_embd 256, 4 heads)
     assert shape.kv_bytes_per_token == 2 * 4 * 128 * 2
+    assert (shape.n_layer, shape.n_expert) == (2, 0)
+
+
+def test_model_shape_counts_a_moe_model_s_experts(tmp_path):
+    from rocky_vulkan.llama.testmodel import write_preset
+
+    shape = model_shape(str(write_preset("tiny-moe", tmp_path / "moe.gguf", n_layer=3)))
+    assert (shape.n_layer, shape.n_expert) == (3, 8)
+
+
+def test_a_moe_model_placed_experts_cpu_serves_with_them_in_ram(tmp_path, tiny):
+    modes = {"gpu": {"pp_tps": 28.0, "tg_tps": 4.0}, "experts-cpu": {"pp_tps": 25.0, "tg_tps": 9.0}}
+    write_result(tmp_path, {"checks": GOOD_CHECKS, "placement": {"modes": modes}})
+    s = settings(tmp_path, tiny, hostname="head", cluster=CLUSTER)
+    plan = derive(s, meminfo(tmp_path, 16), cluster={"value": ["10.77.0.2:50052"], "reason": "t"})
+    assert plan["settings"]["placement"]["value"] == "experts-cpu"
+    argv, _ = server_command(s, plan, "/creds")
+    assert "--cpu-moe" in argv and argv[argv.index("-ngl") + 1] == "99"
+    # its experts stay in this board's RAM: no worker is asked to hold layers
+    assert argv[argv.index("-dev") + 1] == "Vulkan0" and "--rpc" not in argv
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from . import paths
 from .files import UnreadableFile, read_json
 from .gguf import GgufError, model_shape
 from .model_store import Model, Store
-from .placement import MODE_FLAGS
+from .placement import mode_flags
 from .results import write_atomic
 from .serve_client import Api, ClientError
 from .serve_keys import read_api_key
@@ -43,6 +43,7 @@ from .tune_spec import ENV_VAR
 # llama-server's flags as preset keys (the long names without dashes, as common/preset.cpp
 # reads them).
 PRESET_KEYS = {"-ngl": "n-gpu-layers", "-dev": "device", "--rpc": "rpc"}
+PRESET_SWITCHES = {"--cpu-moe": "cpu-moe"}  # flags without a value
 # A child asked to stop is killed after this many seconds (a request in flight gets them).
 STOP_TIMEOUT_S = 30
 MAX_MODELS = 64
@@ -164,7 +165,10 @@ def preset_ini(router: dict[str, Any]) -> str:
         lines.append(f"model = {_ini_value(value(p, 'model'))}")
         lines += [f"ctx-size = {ctx * slots}", f"parallel = {slots}"]
         lines += [f"ubatch-size = {ub}", f"batch-size = {max(ub, 2048)}"]
-        flags = list(MODE_FLAGS[mode]) + device_flags(p, mode, router["gpu_device"])
+        flags = mode_flags(mode, "server") + device_flags(p, mode, router["gpu_device"])
+        for flag in [f for f in flags if f in PRESET_SWITCHES]:
+            lines.append(f"{PRESET_SWITCHES[flag]} = true")
+        flags = [f for f in flags if f not in PRESET_SWITCHES]
         for flag, val in zip(flags[::2], flags[1::2], strict=True):
             lines.append(f"{PRESET_KEYS[flag]} = {_ini_value(val)}")
         spec = speculation_flags(speculative(p), mode, router["gpu_device"])

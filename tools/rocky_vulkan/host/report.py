@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rocky_selftest.cts import FAILING as FAILING_STATUSES
+from rocky_selftest.placement import modes_for
 from rocky_selftest.sequence import CHECK_ORDER
 
 from rocky_vulkan.config import Reference, load_config
@@ -44,7 +45,8 @@ __all__ = [
 
 LABELS = {"tuned": "GPU tuned tiles", "stock": "GPU stock tiles", "cpu": "CPU (-dev none)"}
 COLOURS = {"tuned": "tab:green", "stock": "tab:orange", "cpu": "tab:blue"}
-SERVER_COLOURS = {"gpu": "tab:green", "cpu": "tab:blue", "hybrid": "tab:purple"}
+SERVER_COLOURS = {"gpu": "tab:green", "cpu": "tab:blue", "hybrid": "tab:purple",
+                  "experts-cpu": "tab:orange"}  # fmt: skip
 STATUS_STYLES = {
     "PASS": "green",
     "FAIL": "red",
@@ -188,7 +190,7 @@ def placement_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     req = section["request"]
     p, g = req.get("prompt_tokens"), req.get("generated_tokens")
     request = f"{p} + {g} tokens" if p and g else "request size not given"
-    for mode in PLACEMENT_MODES:
+    for mode in modes_for(section["experts_per_layer"]):
         entry = section["modes"].get(mode)
         if entry is None:
             rows.append((f"placement {mode}", "not measured", request, ABSENT))

@@ -16,6 +16,8 @@ from typing import Any
 
 from rocky_selftest import RESULT_SCHEMA, RESULT_SCHEMA_VERSION
 from rocky_selftest.checks import ERROR, FAIL, PASS, SKIP
+from rocky_selftest.placement import EXPERTS_CPU
+from rocky_selftest.placement import MODES as MODES_OF_PLACEMENT
 from rocky_selftest.results import FINAL_VERDICTS, IN_PROGRESS
 from rocky_selftest.sequence import CHECK_ORDER
 
@@ -35,7 +37,8 @@ MAX_ITEMS = 1000
 VERDICTS = (*FINAL_VERDICTS, IN_PROGRESS)
 CHECK_STATUSES = (PASS, FAIL, SKIP, ERROR)
 MAX_WHOLE = 1 << 30  # counts (tokens, ub): larger is not a value a board measured
-PLACEMENT_MODES = ("gpu", "cpu", "hybrid")
+PLACEMENT_MODES = MODES_OF_PLACEMENT  # gpu, cpu, hybrid; experts-cpu for MoE models
+MAX_EXPERTS = 1 << 16  # experts per layer (Qwen3-30B-A3B has 128)
 SERVERS = ("gpu", "cpu")
 RUN_STATUSES = ("PASS", "FAIL")
 MAX_RATE = 1e6  # tokens/s
@@ -298,7 +301,8 @@ def _placement(raw: Any, c: _Checker) -> dict[str, Any] | None:
     before = len(c.problems)
     if not isinstance(raw, dict):
         c.bad("placement", raw, "an object")
-        return {"state": "malformed", "request": {}, "modes": {}, "chosen": None, "reason": ""}
+        return {"state": "malformed", "request": {}, "modes": {}, "experts_per_layer": 0,
+                "chosen": None, "reason": ""}  # fmt: skip
     req = raw.get("request")
     if not isinstance(req, dict):
         c.bad("placement.request", req, "an object")
@@ -335,6 +339,13 @@ def _placement(raw: Any, c: _Checker) -> dict[str, Any] | None:
         if len(c.problems) != got and entry["status"] == "PASS":
             entry["status"] = "BAD"  # a PASS with a broken number is not shown as a PASS
         modes[name] = entry
+    # Absent in results from before MoE models were placed: a dense model.
+    experts = 0
+    if "experts_per_layer" in raw:
+        field = "placement.experts_per_layer"
+        experts = c.count(raw, "experts_per_layer", field, MAX_EXPERTS)
+    if EXPERTS_CPU in modes and not experts:
+        c.problems.append(f"placement.modes.{EXPERTS_CPU}: measured on a model without experts")
     chosen = raw.get("chosen")
     if chosen == "":
         chosen = None
@@ -357,6 +368,7 @@ def _placement(raw: Any, c: _Checker) -> dict[str, Any] | None:
         "state": "malformed" if len(c.problems) != before else "ok",
         "request": request,
         "modes": modes,
+        "experts_per_layer": experts or 0,
         "chosen": chosen,
         "reason": c.text(raw, "reason", "placement.reason"),
     }

@@ -41,6 +41,11 @@ class ModelShape:
     # A k-quant layout (e.g. Q4_K_M) gguf-py cannot write: the preset is written in `ftype`
     # and converted with llama-quantize.
     quant: str | None = None
+    # Mixture of experts (Mixtral's layout in the llama architecture): n_expert FFNs per layer,
+    # n_expert_used of them per token, picked by a router matrix; the FFN runs through
+    # MUL_MAT_ID. 0: a dense model.
+    n_expert: int = 0
+    n_expert_used: int = 0
 
 
 PRESETS: dict[str, ModelShape] = {
@@ -61,6 +66,17 @@ PRESETS: dict[str, ModelShape] = {
         ftype="f16",
         quant="Q4_K_M",
     ),
+    # A small MoE: 8 experts, 2 per token (Qwen3-30B-A3B has 128 and 8).
+    "tiny-moe": ModelShape(
+        n_layer=2,
+        n_embd=256,
+        n_ff=256,
+        n_head=4,
+        n_head_kv=4,
+        vocab_size=512,
+        n_expert=8,
+        n_expert_used=2,
+    ),  # fmt: skip
 }
 
 
@@ -109,10 +125,21 @@ def _tensor_shapes(shape: ModelShape) -> list[tuple[str, tuple[int, ...]]]:
             (b + "attn_v.weight", (kv_dim, e)),
             (b + "attn_output.weight", (e, e)),
             (b + "ffn_norm.weight", (e,)),
-            (b + "ffn_gate.weight", (f, e)),
-            (b + "ffn_up.weight", (f, e)),
-            (b + "ffn_down.weight", (e, f)),
         ]
+        if shape.n_expert:
+            x = shape.n_expert
+            out += [
+                (b + "ffn_gate_inp.weight", (x, e)),
+                (b + "ffn_gate_exps.weight", (x, f, e)),
+                (b + "ffn_up_exps.weight", (x, f, e)),
+                (b + "ffn_down_exps.weight", (x, e, f)),
+            ]
+        else:
+            out += [
+                (b + "ffn_gate.weight", (f, e)),
+                (b + "ffn_up.weight", (f, e)),
+                (b + "ffn_down.weight", (e, f)),
+            ]
     out += [("output_norm.weight", (e,)), ("output.weight", (shape.vocab_size, e))]
     return out
 
@@ -127,6 +154,10 @@ def _check_shape(shape: ModelShape) -> None:
         raise UserError(
             f"n_embd {shape.n_embd} must divide by n_head {shape.n_head}, "
             f"and n_head by n_head_kv {shape.n_head_kv}"
+        )
+    if shape.n_expert and not 0 < shape.n_expert_used <= shape.n_expert:
+        raise UserError(
+            f"n_expert_used {shape.n_expert_used} must be 1..n_expert ({shape.n_expert})"
         )
     if shape.ftype == "q8_0" and (shape.n_embd % 32 or shape.n_ff % 32):
         raise UserError("q8_0 needs n_embd and n_ff to be multiples of 32")
@@ -144,12 +175,17 @@ def write_test_model(
     ftype: str = "f16",
     seed: int = 0,
     text_only: bool = False,
+    n_expert: int = 0,
+    n_expert_used: int = 0,
 ) -> Path:
     """Write a random-weight llama GGUF to `path` (atomically) and return the path
     (`text_only`: see build_vocab)."""
     import gguf
 
-    shape = ModelShape(n_layer, n_embd, n_ff, n_head, n_head_kv, vocab_size, ftype)
+    shape = ModelShape(
+        n_layer, n_embd, n_ff, n_head, n_head_kv, vocab_size, ftype,
+        n_expert=n_expert, n_expert_used=n_expert_used,
+    )  # fmt: skip
     _check_shape(shape)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -169,6 +205,9 @@ def write_test_model(
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(FTYPES[ftype])
     writer.add_vocab_size(vocab_size)
+    if n_expert:
+        writer.add_expert_count(n_expert)
+        writer.add_expert_used_count(n_expert_used)
 
     tokens, scores, types = build_vocab(vocab_size, text_only)
     writer.add_tokenizer_model("llama")
@@ -191,7 +230,7 @@ def write_test_model(
             # Norm weights near 1 keep activations in range; llama.cpp wants them F32.
             writer.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(tshape)).astype(np.float32))
             continue
-        scale = 1.0 / np.sqrt(tshape[1])
+        scale = 1.0 / np.sqrt(tshape[-1])
         data = (scale * rng.standard_normal(tshape)).astype(np.float32)
         if qtype == gguf.GGMLQuantizationType.F32:
             writer.add_tensor(name, data)

@@ -91,7 +91,7 @@ def clean_entry(entry: dict[str, Any]) -> tuple[dict[str, Any] | None, str | Non
             return None, value.replace("x is", f"samples_ts[{i}] is", 1)
         clean_samples.append(value)
     counts = {}
-    for key in ("n_gpu_layers", "n_ubatch", "n_threads", "build_number"):
+    for key in ("n_gpu_layers", "n_cpu_moe", "n_ubatch", "n_threads", "build_number"):
         value = _count(entry, key)
         if isinstance(value, str):
             return None, value

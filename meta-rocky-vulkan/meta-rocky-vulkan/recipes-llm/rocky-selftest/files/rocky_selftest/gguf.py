@@ -52,6 +52,8 @@ class ModelShape:
     architecture: str
     context_length: int  # n_ctx_train
     kv_bytes_per_token: int  # K and V of every layer at f16, llama.cpp's default cache type
+    n_layer: int = 0  # block_count
+    n_expert: int = 0  # experts per layer; 0: a dense model
 
 
 class _Reader:
@@ -223,6 +225,11 @@ def _positive(value: Any, key: str) -> int:
     return value
 
 
+def _count(value: Any, key: str) -> int:
+    """A count that may be 0 (absent keys read as 0)."""
+    return 0 if value == 0 and type(value) is int else _positive(value, key)
+
+
 def model_shape(path: str) -> ModelShape:
     """Context length and KV-cache bytes per token, from the model's own metadata."""
     arch_key = "general.architecture"
@@ -239,6 +246,7 @@ def model_shape(path: str) -> ModelShape:
             "attention.head_count_kv",
             "attention.key_length",
             "attention.value_length",
+            "expert_count",
         )
     }
     meta = read_metadata(path, set(keys.values()))
@@ -253,4 +261,5 @@ def model_shape(path: str) -> ModelShape:
     k_len = value.get("attention.key_length", head_dim)
     v_len = value.get("attention.value_length", head_dim)
     per_token = value["block_count"] * kv_heads * (k_len + v_len) * 2  # f16
-    return ModelShape(arch, value["context_length"], per_token)
+    experts = _count(meta.get(keys["expert_count"], 0), keys["expert_count"])
+    return ModelShape(arch, value["context_length"], per_token, value["block_count"], experts)

@@ -12,14 +12,42 @@ from __future__ import annotations
 import math
 from typing import Any
 
-# How llama-bench and llama-server are told to use each mode (the same flags for both).
+# A mixture-of-experts model only: every layer on the GPU but its experts, which stay in CPU
+# memory and run on the CPU at small batches (llama.cpp's --cpu-moe). Decode reads only the few
+# experts a token picks; whether the A76 cores or MUL_MAT_ID on the G610 read them faster is
+# measured on the board, never assumed. Large batches still go to the GPU (op offload).
+EXPERTS_CPU = "experts-cpu"
+# How llama-bench and llama-server are told to use each mode (the same flags for both; the
+# experts' flag differs: mode_flags).
 MODE_FLAGS = {
     "gpu": ("-ngl", "99"),  # the device is named where the GPU device is known
     "cpu": ("-ngl", "0", "-dev", "none"),
     "hybrid": ("-ngl", "0"),
+    EXPERTS_CPU: ("-ngl", "99"),
 }
 MODES = tuple(MODE_FLAGS)
+ON_GPU = ("gpu", EXPERTS_CPU)  # the modes whose layers run on the named GPU device
 SAFE_MODE = "cpu"  # needs no GPU at all
+
+
+def modes_for(n_expert: int) -> tuple[str, ...]:
+    """The modes worth measuring for a model with `n_expert` experts per layer (0: dense)."""
+    return MODES if n_expert else tuple(m for m in MODES if m != EXPERTS_CPU)
+
+
+def mode_flags(mode: str, tool: str, n_layer: int = 0) -> list[str]:
+    """`mode`'s flags for llama-bench (`tool` "bench") or llama-server ("server"). llama-bench
+    at b9101 has no --cpu-moe: -ncmoe over every layer (n_layer, the model's block_count) is
+    the same placement."""
+    flags = list(MODE_FLAGS[mode])
+    if mode == EXPERTS_CPU:
+        if tool == "bench":
+            if n_layer <= 0:
+                raise ValueError("experts-cpu needs the model's layer count for llama-bench")
+            flags += ["-ncmoe", str(n_layer)]
+        else:
+            flags += ["--cpu-moe"]
+    return flags
 
 
 MAX_RATE = 1e9  # tokens/s: far above any board; larger is a broken number

@@ -16,7 +16,8 @@ from typing import Any
 from .bench import Deadline, _count, clean_entry, median, start_record
 from .checks import SKIP, Check, failed, passed
 from .files import parse_json
-from .placement import MODE_FLAGS, MODES, choose, request_seconds
+from .gguf import GgufError, model_shape
+from .placement import EXPERTS_CPU, ON_GPU, choose, mode_flags, modes_for, request_seconds
 from .serve_settings import DEFAULT_UBATCH, best_ubatch, gpu_ok
 from .settings import Settings
 from .terminal import say
@@ -25,12 +26,15 @@ NAME = "placement"
 DECODE_TOKENS = 128  # tg128, llama.cpp's usual decode measurement
 
 
-def bench_command(s: Settings, mode: str, ubatch: int) -> tuple[list[str], dict[str, str | None]]:
-    """The llama-bench command line and extra environment for one placement run."""
+def bench_command(
+    s: Settings, mode: str, ubatch: int, n_layer: int = 0
+) -> tuple[list[str], dict[str, str | None]]:
+    """The llama-bench command line and extra environment for one placement run (`n_layer`:
+    the model's, for experts-cpu)."""
     cmd = [s.tool("llama-bench"), "-m", s.served_model]  # the model the server will load
     cmd += ["-p", str(s.serve_request_prompt_tokens), "-n", str(DECODE_TOKENS)]
-    cmd += list(MODE_FLAGS[mode])
-    if mode == "gpu":
+    cmd += mode_flags(mode, "bench", n_layer)
+    if mode in ON_GPU:
         cmd += ["-dev", s.gpu_device]  # a missing GPU exits 1 instead of silently using the CPU
     if mode != "cpu":
         cmd += ["-v"]  # ggml-vulkan's info line says which tiles ran (stderr)
@@ -78,7 +82,7 @@ def parse_pp_tg(stdout: str, prompt: int) -> tuple[dict[str, Any] | None, str | 
     return found, None
 
 
-def device_problem(s: Settings, mode: str, entry: dict[str, Any]) -> str | None:
+def device_problem(s: Settings, mode: str, entry: dict[str, Any], n_layer: int = 0) -> str | None:
     """Did the run use what `mode` asks for? (`backends` lists compiled-in backends: ignored.)"""
     devices = entry.get("devices") or ""
     gpu_info = entry.get("gpu_info") or ""
@@ -87,7 +91,9 @@ def device_problem(s: Settings, mode: str, entry: dict[str, Any]) -> str | None:
         if devices and devices != "none":
             return f"CPU run used devices {devices!r}"
         return None
-    if mode == "gpu":
+    if mode == EXPERTS_CPU and entry.get("n_cpu_moe") != n_layer:
+        return f"kept the experts of {entry.get('n_cpu_moe')!r} layers on the CPU, not {n_layer}"
+    if mode in ON_GPU:
         if not layers:
             return "no layers offloaded (n_gpu_layers 0)"
         if devices and devices != s.gpu_device:
@@ -100,9 +106,11 @@ def device_problem(s: Settings, mode: str, entry: dict[str, Any]) -> str | None:
     return None
 
 
-def run_mode(s: Settings, mode: str, ubatch: int, deadline: Deadline) -> dict[str, Any]:
+def run_mode(
+    s: Settings, mode: str, ubatch: int, deadline: Deadline, n_layer: int = 0
+) -> dict[str, Any]:
     """One llama-bench run in `mode`, recorded whatever happens to it."""
-    cmd, env = bench_command(s, mode, ubatch)
+    cmd, env = bench_command(s, mode, ubatch, n_layer)
     rec: dict[str, Any] = {"mode": mode, "ubatch": ubatch, "cmd": cmd}
     res = start_record(s, mode, cmd, env, deadline, rec)
     if res is None:
@@ -117,12 +125,13 @@ def run_mode(s: Settings, mode: str, ubatch: int, deadline: Deadline) -> dict[st
             pp_tps=pp["avg_ts"],
             tg_tps=tg["avg_ts"],
             n_gpu_layers=pp["n_gpu_layers"],
+            n_cpu_moe=pp["n_cpu_moe"],
             n_ubatch=pp["n_ubatch"],
             n_threads=pp["n_threads"],
             devices=pp["devices"],
             gpu_info=pp["gpu_info"],
         )
-        reason = device_problem(s, mode, pp) or device_problem(s, mode, tg)
+        reason = device_problem(s, mode, pp, n_layer) or device_problem(s, mode, tg, n_layer)
         if reason is None and pp["n_ubatch"] is not None and pp["n_ubatch"] != ubatch:
             reason = f"ran at ub {pp['n_ubatch']}, not {ubatch}"
     if reason:
@@ -153,16 +162,29 @@ def summarize(runs: list[dict[str, Any]], mode: str, prompt: int, generated: int
 def _line(rec: dict[str, Any]) -> str:
     if rec["status"] == "PASS":
         return (
-            f"  {rec['mode']:6} ub {rec['ubatch']:>4}: pp {rec['pp_tps']:.2f} t/s, "
+            f"  {rec['mode']:11} ub {rec['ubatch']:>4}: pp {rec['pp_tps']:.2f} t/s, "
             f"tg {rec['tg_tps']:.2f} t/s"
         )
-    return f"  {rec['mode']:6} ub {rec['ubatch']:>4}: FAIL {rec['reason']}"
+    return f"  {rec['mode']:11} ub {rec['ubatch']:>4}: FAIL {rec['reason']}"
 
 
 def ubatch_for(mode: str, doc: dict[str, Any]) -> int:
     """What the server would run in `mode` (serve_settings.derive): the sweep's best ub on the
     GPU modes, llama.cpp's default on the CPU."""
     return DEFAULT_UBATCH if mode == "cpu" else best_ubatch(doc)[0]
+
+
+def _experts(s: Settings, log) -> tuple[int, int]:
+    """The served model's experts per layer and layer count; (0, 0) (a dense model's modes,
+    with the reason logged) when its GGUF header cannot be read: llama-bench then says why."""
+    try:
+        shape = model_shape(s.served_model)
+    except (OSError, GgufError) as err:
+        log(f"  cannot read the model's shape ({err}): measured as a dense model")
+        return 0, 0
+    if shape.n_expert:
+        log(f"  a mixture of experts ({shape.n_expert} per layer): experts-cpu measured too")
+    return shape.n_expert, shape.n_layer
 
 
 def placement(
@@ -176,18 +198,21 @@ def placement(
         return Check(NAME, SKIP, "serve.listen is off: no server to place"), {}
     prompt, generated = s.serve_request_prompt_tokens, s.serve_request_generated_tokens
     ok, gpu_why = gpu_ok(doc)
+    n_expert, n_layer = _experts(s, log)
+    measured = modes_for(n_expert)
     runs = []
     for rep in range(s.repetitions):
-        for mode in MODES:
-            rec = run_mode(s, mode, ubatch_for(mode, doc), deadline)
+        for mode in measured:
+            rec = run_mode(s, mode, ubatch_for(mode, doc), deadline, n_layer)
             rec["repeat"] = rep
             log(_line(rec))
             runs.append(rec)
-    modes = {mode: summarize(runs, mode, prompt, generated) for mode in MODES}
+    modes = {mode: summarize(runs, mode, prompt, generated) for mode in measured}
     chosen, reason = choose(modes, prompt, generated, gpu_ok=ok)
     data = {
         "request": {"prompt_tokens": prompt, "generated_tokens": generated},
         "decode_tokens": DECODE_TOKENS,
+        "experts_per_layer": n_expert,
         "modes": modes,
         "chosen": chosen,
         "reason": reason,
@@ -195,7 +220,7 @@ def placement(
     log(f"  chosen: {chosen} ({reason})")
     if not ok:
         return failed(NAME, f"{gpu_why}: the server runs on the CPU whatever the rates"), data
-    bad = [m for m in MODES if modes[m]["status"] != "PASS"]
+    bad = [m for m in measured if modes[m]["status"] != "PASS"]
     if bad:
         first = modes[bad[0]]
         text = f"{', '.join(bad)} not measured ({bad[0]}: {first['reason']})"

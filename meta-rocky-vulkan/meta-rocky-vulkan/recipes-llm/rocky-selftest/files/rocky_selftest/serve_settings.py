@@ -16,7 +16,7 @@ from .cluster import ClusterError, reachable
 from .cluster import parse as parse_cluster
 from .gguf import GgufError, model_shape
 from .outcome import peek_result
-from .placement import MODE_FLAGS, SAFE_MODE, choose
+from .placement import ON_GPU, SAFE_MODE, choose, mode_flags
 from .results import write_atomic
 from .settings import Settings
 from .speculation import choose as choose_speculation
@@ -211,9 +211,10 @@ def device_flags(plan: dict[str, Any], mode: str, gpu_device: str) -> list[str]:
     cluster's head names no device: llama.cpp then uses the GPU and each worker that answers
     when the model loads (RPC0, RPC1, ... in the order that answered), so a worker lost since
     the plan was made leaves the model on this board, never a server that cannot start."""
-    if mode != "gpu":
+    if mode not in ON_GPU:
         return []
-    workers = rpc_workers(plan)
+    # experts-cpu keeps the experts in this board's RAM: no worker would hold them.
+    workers = rpc_workers(plan) if mode == "gpu" else []
     return ["--rpc", ",".join(workers)] if workers else ["-dev", gpu_device]
 
 
@@ -229,7 +230,7 @@ def server_command(
     argv += ["--alias", s.serve_model_name, "--host", "0.0.0.0" if lan else "127.0.0.1"]
     argv += ["--port", str(s.serve_port), "--ctx-size", str(ctx * slots)]
     argv += ["--parallel", str(slots), "--ubatch-size", str(ub), "--batch-size", str(max(ub, 2048))]
-    argv += list(MODE_FLAGS[mode]) + device_flags(plan, mode, s.gpu_device)
+    argv += mode_flags(mode, "server") + device_flags(plan, mode, s.gpu_device)
     argv += speculation_flags(speculative(plan), mode, s.gpu_device)
     argv += ["--api-key-file", os.path.join(credentials, paths.API_KEY_NAME)]
     if lan:

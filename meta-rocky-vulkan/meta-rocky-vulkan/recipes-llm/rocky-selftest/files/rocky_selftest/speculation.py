@@ -14,6 +14,8 @@ import math
 import os
 from typing import Any
 
+from .placement import ON_GPU
+
 # b9101's draft-free modes (--spec-type): drafts from n-grams of the context itself.
 NGRAM_MODES = ("ngram-simple", "ngram-mod")
 DRAFT = "draft"  # a small model of the same vocabulary (--model-draft)
@@ -37,7 +39,7 @@ def mode_flags(value: dict[str, Any] | None, placement: str, gpu_device: str) ->
         return ["--spec-type", mode]
     if mode == DRAFT:
         flags = ["--model-draft", value["draft_model"]]
-        if placement == "gpu":
+        if placement in ON_GPU:
             return flags + ["--spec-draft-ngl", "99", "--spec-draft-device", gpu_device]
         return flags + ["--spec-draft-ngl", "0", "--spec-draft-device", "none"]
     raise ValueError(f"unknown speculative mode {mode!r}")
