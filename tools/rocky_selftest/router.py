@@ -17,10 +17,11 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from . import paths
+from . import model_placement, paths
 from .files import UnreadableFile, read_json
 from .gguf import GgufError, model_shape
 from .model_store import Model, Store
+from .outcome import peek_result
 from .placement import mode_flags
 from .results import write_atomic
 from .serve_client import Api, ClientError
@@ -70,8 +71,18 @@ def _model_settings(
     if model.name != s.serve_model_name:
         # One rpc-server serves one client at a time: the workers hold serve.model alone.
         cluster = {"value": [], "reason": f"the cluster serves {s.serve_model_name} only"}
+    own, own_why = model_placement.load(s, model)
+    if own is not None:  # its own measurements (`rocky-llm place`), the self-test's GPU checks
+        base = doc if doc is not None else peek_result(s.results_dir)
+        doc = {**(base if isinstance(base, dict) else {}), "placement": own}
     extra = {} if doc is None else {"doc": doc}
-    return derive(one, meminfo=meminfo, cluster=cluster, **extra)
+    p = derive(one, meminfo=meminfo, cluster=cluster, **extra)
+    item = p["settings"]["placement"]
+    if own is not None:
+        item["reason"] = f"{own_why}: {item['reason']}"
+    elif model.name != s.serve_model_name:  # the self-test measured serve.model, not this one
+        item["reason"] += f"; {own_why}"
+    return p
 
 
 def _footprint(plan: dict[str, Any], model: Model) -> int:

@@ -39,6 +39,7 @@ SRC_URI = "\
     file://rocky_selftest/lock.py \
     file://rocky_selftest/match.py \
     file://rocky_selftest/model_fetch.py \
+    file://rocky_selftest/model_placement.py \
     file://rocky_selftest/model_store.py \
     file://rocky_selftest/ollama_api.py \
     file://rocky_selftest/outcome.py \

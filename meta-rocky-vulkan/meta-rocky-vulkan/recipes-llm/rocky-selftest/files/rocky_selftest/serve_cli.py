@@ -6,6 +6,8 @@
 - `settings`: the same derivation, printed, nothing started;
 - `pull`, `list`, `use`, `rm` (pull, use and rm as root): the model store (model_store.py); the
   running server is told of each change;
+- `place NAME` (root, the server stopped): the placement step's measurements for that model
+  (model_placement.py), used for its settings at the server's next start;
 - `ollama` (rocky-llm-ollama.service): the Ollama-compatible API in front of the server;
 - `keys` (root, rocky-llm-keys.service): make the per-board API key and TLS certificate when
   missing; `rotate-key` (root): a new API key, then restart the server;
@@ -24,8 +26,8 @@ import subprocess
 import sys
 from typing import Any
 
-from . import cluster_cli, paths, router
-from .cluster import ClusterError
+from . import cluster_cli, model_placement, paths, router
+from .cluster import ClusterError, reachable
 from .files import read_json
 from .model_store import Store, StoreError, name_from_source
 from .serve_keys import ServeKeyError, cert_fingerprint, make_missing, read_api_key, write_api_key
@@ -166,8 +168,36 @@ def cmd_rm(args: argparse.Namespace) -> int:
         if cut:
             print(_clean(cut), file=sys.stderr)
     model = store.remove(args.name)
+    model_placement.remove(s, model.name)
     print(_clean(f"removed {model.name} ({model.size} bytes)"))
     _tell_server(s, args, api)
+    return 0
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    """Measure where NAME runs fastest; the server must be stopped: it holds memory and the GPU,
+    and its requests would share the timings."""
+    from .outcome import peek_result
+
+    s = load_settings(args.config)
+    model = _store(s).get(args.name)
+    up, _ = reachable([f"127.0.0.1:{s.serve_port}"], timeout_s=1.0)
+    if up:
+        print(
+            f"rocky-llm: the server answers on port {s.serve_port}: it holds memory and the GPU "
+            "and would share the timings; `sudo systemctl stop rocky-llm rocky-llm-ollama`, "
+            "then place, then `sudo systemctl start rocky-llm rocky-llm-ollama`",
+            file=sys.stderr,
+        )
+        return 2
+    check, section = model_placement.measure(
+        s, model, peek_result(s.results_dir), log=lambda text: print(_clean(text), file=sys.stderr)
+    )
+    if check.status != "PASS" or not section:
+        print(_clean(f"{check.status} {model.name}: {check.evidence}; nothing saved"))
+        return 1
+    path = model_placement.save(s, model, section)
+    print(_clean(f"{model.name}: {check.evidence}; saved in {path}, used from the server's start"))
     return 0
 
 
@@ -281,12 +311,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="the models: the image's and the pulled ones")
     use = sub.add_parser("use", help="(root) make NAME the default model")
     rm = sub.add_parser("rm", help="(root) remove a pulled model")
-    for p in (use, rm):
+    place = sub.add_parser(
+        "place", help="(root, server stopped) measure where NAME runs fastest (GPU, CPU, ...)"
+    )
+    for p in (use, rm, place):
         p.add_argument("name")
     ollama = sub.add_parser("ollama", help="the Ollama-compatible API (rocky-llm-ollama.service)")
     ollama.add_argument("--credentials", help="default: $CREDENTIALS_DIRECTORY")
     cluster_cli.register(sub)
-    for p, func in ((pull, cmd_pull), (use, cmd_use), (rm, cmd_rm), (ollama, cmd_ollama)):
+    for p, func in ((pull, cmd_pull), (use, cmd_use), (rm, cmd_rm), (place, cmd_place),
+                    (ollama, cmd_ollama)):  # fmt: skip
         p.set_defaults(func=func)
     sub.choices["list"].set_defaults(func=cmd_list)
     serve.set_defaults(func=cmd_serve)

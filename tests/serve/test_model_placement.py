@@ -1,0 +1,107 @@
+"""A model's own placement file (rocky_selftest.model_placement), read as hostile input, and the
+router's plan using it; the real `rocky-llm place`: test_serve_place.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+import pytest
+from rocky_selftest import model_placement as mp
+from rocky_selftest.model_store import Model, StoreError
+from rocky_selftest.router import plan
+from rocky_selftest.settings import Settings
+
+GOOD_CHECKS = [{"name": n, "status": "PASS", "evidence": "synthetic"}
+               for n in ("gpu_driver", "vulkan_device", "sweep", "output_match")]  # fmt: skip
+SECTION = {"experts_per_layer": 8, "chosen": "experts-cpu", "modes": {
+    "gpu": {"status": "PASS", "pp_tps": 30.0, "tg_tps": 4.0},
+    "experts-cpu": {"status": "PASS", "pp_tps": 28.0, "tg_tps": 9.0}}}  # fmt: skip
+
+
+@pytest.fixture
+def board(tmp_path):
+    from rocky_vulkan.llama.testmodel import write_preset
+
+    ref = write_preset("tiny", tmp_path / "ref.gguf")
+    (tmp_path / "models").mkdir()
+    s = Settings(model_path=str(ref), model_sha256=None, ubatch_sizes=(64,))
+    s = replace(s, models_dir=str(tmp_path / "models"), results_dir=str(tmp_path / "results"))
+    moe = write_preset("tiny-moe", tmp_path / "moe.gguf")
+    model = Model("moe", str(moe), moe.stat().st_size, "ab" * 32, "https://x/moe.gguf", "MIT")
+    return s, model, tmp_path
+
+
+def test_saved_next_to_the_store_and_read_back(board):
+    s, model, tmp = board
+    path = mp.save(s, model, SECTION)
+    assert os.path.dirname(path) == str(tmp / "placement")  # not inside the store's folder
+    section, why = mp.load(s, model)
+    assert section == SECTION and why.startswith("measured for moe by `rocky-llm place` (20")
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("{", "ignored (" ),
+        ("[]", "not a rocky-llm-placement file"),
+        (json.dumps({"schema": "other"}), "not a rocky-llm-placement file"),
+        ("x" * (2 << 20), "ignored ("),  # larger than any placement section
+    ],
+)  # fmt: skip
+def test_a_broken_file_is_ignored_and_said(board, content, expected):
+    s, model, tmp = board
+    (tmp / "placement").mkdir()
+    (tmp / "placement" / "moe.json").write_text(content)
+    section, why = mp.load(s, model)
+    assert section is None and expected in why, why
+
+
+@pytest.mark.parametrize("field", ["model", "size", "sha256"])
+def test_a_file_for_other_bytes_is_ignored(board, field):
+    s, model, tmp = board
+    mp.save(s, model, SECTION)
+    if field == "model":  # the same file under another name: renamed by hand
+        os.rename(tmp / "placement" / "moe.json", tmp / "placement" / "other.json")
+        other = replace(model, name="other")
+    else:
+        other = replace(model, **{field: {"size": 1, "sha256": "cd" * 32}[field]})
+    section, why = mp.load(s, other)
+    assert section is None and "measured on other bytes" in why, why
+
+
+def test_a_link_is_not_followed_and_a_bad_name_is_refused(board):
+    s, model, tmp = board
+    (tmp / "placement").mkdir()
+    (tmp / "elsewhere.json").write_text("{}")
+    os.symlink(tmp / "elsewhere.json", tmp / "placement" / "moe.json")
+    section, why = mp.load(s, model)
+    assert section is None and "ignored" in why
+    with pytest.raises(StoreError):
+        mp.save(s, replace(model, name="../../etc/x"), SECTION)
+
+
+def test_the_plan_serves_a_model_by_its_own_measurements(board, monkeypatch):
+    s, model, tmp = board
+    doc = {"checks": GOOD_CHECKS, "placement": {"modes": {"gpu": {"pp_tps": 30.0, "tg_tps": 4.0}}}}
+    from rocky_selftest.model_store import Store
+
+    class OneMore(Store):
+        def models(self):
+            return [*super().models(), model]
+
+    store = OneMore(s.models_dir, {"reference": s.model_path})
+    mp.save(s, model, SECTION)
+    models = plan(s, store=store, doc=doc)["models"]
+    assert models["moe"]["settings"]["placement"]["value"] == "experts-cpu"
+    assert models["moe"]["settings"]["placement"]["reason"].startswith("measured for moe by")
+    assert models["reference"]["settings"]["placement"]["value"] == "gpu"
+    mp.remove(s, "moe")
+    item = plan(s, store=store, doc=doc)["models"]["moe"]["settings"]["placement"]
+    assert item["value"] == "gpu" and "`sudo rocky-llm place moe`" in item["reason"], item
+    # its own measurements never bypass the self-test's GPU checks
+    mp.save(s, model, SECTION)
+    failed = {**doc, "checks": [{**c, "status": "FAIL"} for c in GOOD_CHECKS]}
+    item = plan(s, store=store, doc=failed)["models"]["moe"]["settings"]["placement"]
+    assert item["value"] == "cpu", item
