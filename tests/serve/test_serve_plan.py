@@ -343,3 +343,41 @@ def test_a_head_whose_workers_do_not_answer_skips_and_says_how_to_measure_later(
     assert (check.status, data) == ("SKIP", None)
     assert "no worker's rpc-server answers" in check.evidence, check.evidence
     assert check.evidence.endswith("then `rocky-llm cluster bench` measures it")
+
+
+def _measured(alone: tuple, cluster: tuple) -> dict:
+    def mode(rates):
+        pp, tg, *status = rates
+        return {"status": status[0] if status else "PASS", "pp_tps": pp, "tg_tps": tg}
+
+    return {"cluster": {"workers": ["10.77.0.2:50052"],
+                        "modes": {"alone": mode(alone), "cluster": mode(cluster)}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("measured", "ram_gib", "uses_workers", "said"),
+    [
+        # 2048/28 + 256/7 = 109.7 s alone against 2048/20 + 256/5 = 153.6 s: alone, it fits
+        (_measured((28.0, 7.0), (20.0, 5.0)), 16, False, "measured alone 109.7 s, with the"),
+        (_measured((20.0, 5.0), (28.0, 7.0)), 16, True, "1 of 2 workers answer"),  # cluster faster
+        (_measured((28.0, 7.0), (20.0, 5.0)), 0.001, True, "1 of 2"),  # does not fit alone
+        (_measured((28.0, 7.0), (0, 0, "FAIL")), 16, True, "1 of 2"),  # a mode not measured
+        ({}, 16, True, "1 of 2"),  # no cluster step in the result (first boot, not paired)
+        ({"cluster": {"modes": {"alone": "x", "cluster": None}}}, 16, True, "1 of 2"),  # hostile
+    ],
+)  # fmt: skip
+def test_a_head_leaves_its_workers_out_only_where_alone_was_measured_faster_and_fits(
+    tmp_path, tiny, monkeypatch, measured, ram_gib, uses_workers, said
+):
+    import rocky_selftest.serve_settings as ss
+
+    monkeypatch.setattr(  # w1 answers, w2 does not (the real probe: the test above)
+        ss, "reachable", lambda eps, timeout_s=3.0: (eps[:1], [f"{eps[1]}: refused"])
+    )
+    write_result(tmp_path, {**GPU_WINS, **measured})
+    s = settings(tmp_path, tiny, hostname="head", cluster=CLUSTER, serve_context_tokens=1024,
+                 serve_parallel=1)  # fmt: skip
+    item = derive(s, meminfo(tmp_path, ram_gib))["settings"]["cluster"]
+    assert bool(item["value"]) == uses_workers and said in item["reason"], item
+    if not uses_workers:
+        assert item["reason"].endswith("the model fits here: this board alone"), item

@@ -16,7 +16,7 @@ from .cluster import ClusterError, reachable
 from .cluster import parse as parse_cluster
 from .gguf import GgufError, model_shape
 from .outcome import peek_result
-from .placement import ON_GPU, SAFE_MODE, choose, mode_flags
+from .placement import ON_GPU, SAFE_MODE, choose, mode_flags, request_seconds
 from .results import write_atomic
 from .settings import Settings
 from .speculation import choose as choose_speculation
@@ -119,14 +119,51 @@ def memory_plan(s: Settings, mem_total: int | None) -> tuple[int, int, str]:
     return ctx, slots, why + ("; " + "; ".join(notes) if notes else "")
 
 
+def fits_alone(s: Settings, mem_total: int | None, ctx: int, slots: int) -> bool:
+    """Does the model with its planned KV cache fit this board's RAM (no worker needed)?"""
+    try:
+        per_token = model_shape(s.served_model).kv_bytes_per_token
+        model_bytes = os.stat(s.served_model).st_size
+    except (OSError, GgufError):
+        return False
+    need = model_bytes + RESERVE_BYTES + slots * ctx * per_token
+    return mem_total is not None and need <= mem_total
+
+
+def alone_faster(s: Settings, doc: Any) -> str | None:
+    """Why this board alone serves the typical request faster than with its workers, as the
+    self-test's cluster step measured both (rocky-llm cluster bench measures the same), else
+    None (not measured, a mode failed, or the cluster was faster)."""
+    section = doc.get("cluster") if isinstance(doc, dict) else None
+    modes = section.get("modes") if isinstance(section, dict) else None
+    if not isinstance(modes, dict):
+        return None
+    prompt, generated = s.serve_request_prompt_tokens, s.serve_request_generated_tokens
+    times = {}
+    for mode in ("alone", "cluster"):
+        entry = modes.get(mode)
+        if not isinstance(entry, dict) or entry.get("status") != "PASS":
+            return None
+        times[mode] = request_seconds(entry.get("pp_tps"), entry.get("tg_tps"), prompt, generated)
+        if times[mode] is None:
+            return None
+    if times["alone"] >= times["cluster"]:
+        return None
+    return (
+        f"measured alone {times['alone']:.1f} s, with the workers {times['cluster']:.1f} s for "
+        f"a {prompt}+{generated}-token request, and the model fits here"
+    )
+
+
 _ON_DISK: Any = object()
 
 
-def cluster_setting(s: Settings) -> dict[str, Any]:
+def cluster_setting(s: Settings, doc: Any = None, fits: bool = False) -> dict[str, Any]:
     """The workers' rpc-servers the head's llama-server uses (--rpc), with the reason: those
-    answering now. llama.cpp splits the layers over them and the GPU by each device's free
-    memory, and leaves out a worker it cannot reach when it loads the model (it serves from
-    what fits locally)."""
+    answering now, unless the model `fits` this board and the self-test (`doc`) measured it
+    faster alone (every split layer costs a network round trip per token). llama.cpp splits
+    the layers over them and the GPU by each device's free memory, and leaves out a worker it
+    cannot reach when it loads the model (it serves from what fits locally)."""
     try:
         c = parse_cluster(s.cluster)
     except ClusterError as err:  # load_settings refuses it; never serve half a cluster
@@ -139,6 +176,9 @@ def cluster_setting(s: Settings) -> dict[str, Any]:
     why = f"{len(up)} of {len(c.workers)} workers answer over {c.interface}"
     if down:
         why += f" ({'; '.join(down)})"
+    faster = alone_faster(s, doc) if up and fits else None
+    if faster:
+        return {"value": [], "reason": f"{why}; {faster}: this board alone"}
     return {"value": up, "reason": why + ("" if up else ": this board alone")}
 
 
@@ -166,7 +206,8 @@ def derive(
         tiles_why = "the tuner's choice" if tiles else "no tuned choice: the built-in Mali tiles"
     except TuneFileError as err:
         tiles, tiles_why = None, f"tuned tiles ignored ({err}): the built-in Mali tiles"
-    ctx, slots, mem_why = memory_plan(s, mem_total_bytes(meminfo))
+    mem_total = mem_total_bytes(meminfo)
+    ctx, slots, mem_why = memory_plan(s, mem_total)
     section = doc.get("speculative") if isinstance(doc, dict) else None
     spec, spec_why = choose_speculation(section, s.served_model)
     warnings = []
@@ -184,7 +225,9 @@ def derive(
             "listen": {"value": s.serve_listen, "reason": "serve.listen in rocky-vulkan.yaml"},
             "model": {"value": s.served_model, "reason": f"serve.model: {s.serve_model_name}"},
             "speculative": {"value": spec, "reason": spec_why},
-            "cluster": cluster if cluster is not None else cluster_setting(s),
+            "cluster": cluster
+            if cluster is not None
+            else cluster_setting(s, doc, fits_alone(s, mem_total, ctx, slots)),
         },
         "warnings": warnings,
     }

@@ -30,7 +30,6 @@ from .serve_settings import (
     HTTP_THREADS,
     HTTP_TIMEOUT_S,
     RESERVE_BYTES,
-    cluster_setting,
     derive,
     device_flags,
     mem_total_bytes,
@@ -64,10 +63,9 @@ def store_for(s: Settings) -> Store:
     return Store(s.models_dir, image)
 
 
-def _model_settings(
-    s: Settings, model: Model, meminfo: str, doc: Any, cluster: dict[str, Any]
-) -> dict[str, Any]:
+def _model_settings(s: Settings, model: Model, meminfo: str, doc: Any) -> dict[str, Any]:
     one = replace(s, serve_model_path=model.path, serve_model_name=model.name)
+    cluster = None  # serve.model: derive asks the workers, and the measurements decide
     if model.name != s.serve_model_name:
         # One rpc-server serves one client at a time: the workers hold serve.model alone.
         cluster = {"value": [], "reason": f"the cluster serves {s.serve_model_name} only"}
@@ -143,9 +141,8 @@ def plan(
     if default not in {m.name for m in found}:
         default = found[0].name
     models, footprints = {}, []
-    cluster = cluster_setting(s)
     for model in found:
-        p = _model_settings(s, model, meminfo, doc, cluster)
+        p = _model_settings(s, model, meminfo, doc)
         models[model.name] = p
         footprints.append(_footprint(p, model))
     n, why = models_max(footprints, mem_total_bytes(meminfo))
