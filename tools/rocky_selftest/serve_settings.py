@@ -86,18 +86,24 @@ def mem_total_bytes(meminfo: str = "/proc/meminfo") -> int | None:
 
 def memory_plan(s: Settings, mem_total: int | None) -> tuple[int, int, str]:
     """(context per slot, slots, why): the config's bounds, lowered until the KV cache fits."""
+    return memory_fit(s, mem_total)[:3]
+
+
+def memory_fit(s: Settings, mem_total: int | None) -> tuple[int, int, str, bool]:
+    """memory_plan, and whether the model with that KV cache fits this board's RAM (False when
+    the RAM or the model's shape is unknown)."""
     ctx, slots = s.serve_context_tokens, s.serve_parallel
     try:
         shape = model_shape(s.served_model)
         model_bytes = os.stat(s.served_model).st_size
     except (OSError, GgufError) as err:
-        return MIN_CONTEXT, 1, f"model shape unreadable ({err}): the smallest plan"
+        return MIN_CONTEXT, 1, f"model shape unreadable ({err}): the smallest plan", False
     notes = []
     if ctx > shape.context_length:
         ctx = shape.context_length
         notes.append(f"the model was trained for {shape.context_length} tokens")
     if mem_total is None:
-        return min(ctx, 4096), 1, "RAM size unknown: one slot, at most 4096 tokens"
+        return min(ctx, 4096), 1, "RAM size unknown: one slot, at most 4096 tokens", False
     budget = mem_total - model_bytes - RESERVE_BYTES
     while slots * ctx * shape.kv_bytes_per_token > budget:
         if slots > 1:
@@ -116,18 +122,7 @@ def memory_plan(s: Settings, mem_total: int | None) -> tuple[int, int, str]:
     )
     if (ctx, slots) != (s.serve_context_tokens, s.serve_parallel):
         notes.append(f"lowered from {s.serve_context_tokens} x {s.serve_parallel}")
-    return ctx, slots, why + ("; " + "; ".join(notes) if notes else "")
-
-
-def fits_alone(s: Settings, mem_total: int | None, ctx: int, slots: int) -> bool:
-    """Does the model with its planned KV cache fit this board's RAM (no worker needed)?"""
-    try:
-        per_token = model_shape(s.served_model).kv_bytes_per_token
-        model_bytes = os.stat(s.served_model).st_size
-    except (OSError, GgufError):
-        return False
-    need = model_bytes + RESERVE_BYTES + slots * ctx * per_token
-    return mem_total is not None and need <= mem_total
+    return ctx, slots, why + ("; " + "; ".join(notes) if notes else ""), kv <= budget
 
 
 def alone_faster(s: Settings, doc: Any) -> str | None:
@@ -206,8 +201,7 @@ def derive(
         tiles_why = "the tuner's choice" if tiles else "no tuned choice: the built-in Mali tiles"
     except TuneFileError as err:
         tiles, tiles_why = None, f"tuned tiles ignored ({err}): the built-in Mali tiles"
-    mem_total = mem_total_bytes(meminfo)
-    ctx, slots, mem_why = memory_plan(s, mem_total)
+    ctx, slots, mem_why, fits = memory_fit(s, mem_total_bytes(meminfo))
     section = doc.get("speculative") if isinstance(doc, dict) else None
     spec, spec_why = choose_speculation(section, s.served_model)
     warnings = []
@@ -225,9 +219,7 @@ def derive(
             "listen": {"value": s.serve_listen, "reason": "serve.listen in rocky-vulkan.yaml"},
             "model": {"value": s.served_model, "reason": f"serve.model: {s.serve_model_name}"},
             "speculative": {"value": spec, "reason": spec_why},
-            "cluster": cluster
-            if cluster is not None
-            else cluster_setting(s, doc, fits_alone(s, mem_total, ctx, slots)),
+            "cluster": cluster if cluster is not None else cluster_setting(s, doc, fits),
         },
         "warnings": warnings,
     }
