@@ -1,5 +1,6 @@
 """`rocky-vulkan report` with a cluster head's `cluster` section (this board alone and spread
-over its workers), good and hostile. The numbers are test inputs, not results."""
+over its workers by whole layers and by tensor parallelism), good and hostile. The numbers are
+test inputs, not results."""
 
 from __future__ import annotations
 
@@ -26,8 +27,12 @@ def good_section() -> dict:
         "modes": {
             "alone": {"status": "PASS", "pp_tps": 20.0, "tg_tps": 5.0, "runs": runs},
             "cluster": {"status": "PASS", "pp_tps": 30.0, "tg_tps": 4.0, "runs": []},
+            "tensor": {"status": "PASS", "pp_tps": 25.0, "tg_tps": 7.5, "runs": []},
         },
     }
+
+
+LAYERS, TENSOR = "cluster: layers, 2 worker(s)", "cluster: tensor parallel, 2 worker(s)"
 
 
 def _rows(section) -> tuple[dict, list[str]]:
@@ -38,15 +43,30 @@ def _rows(section) -> tuple[dict, list[str]]:
 def test_both_rates_and_their_ratios_are_in_the_report(tmp_path, capsys, monkeypatch):
     doc = {**_doc(crash_at=None), "cluster": good_section()}
     rc, out = _report(tmp_path, capsys, monkeypatch, doc)
-    assert rc == 0 and "cluster: alone" in out and "cluster: with 2 worker(s)" in out
+    assert rc == 0 and "cluster: alone" in out and LAYERS in out and TENSOR in out
     rows, problems = _rows(good_section())
     assert problems == []
     assert rows["cluster: alone"][1] == "pp 20.00 t/s, tg 5.00 t/s"
-    assert rows["cluster: with 2 worker(s)"][1] == (
+    assert rows[LAYERS][1] == (
         "pp 30.00 t/s, tg 4.00 t/s = 1.50x / 0.80x this board alone "
         "(over 10.77.0.2:50052, 10.77.0.3:50052)"
     )
-    assert rows["cluster: alone"][2] == "pp512 / tg128"
+    assert rows[TENSOR][1] == (
+        "pp 25.00 t/s, tg 7.50 t/s = 1.25x / 1.50x this board alone "
+        "(over 10.77.0.2:50052, 10.77.0.3:50052)"
+    )
+    assert rows["cluster: alone"][2] == rows[TENSOR][2] == "pp512 / tg128"
+
+
+def test_a_failed_tensor_run_is_shown_and_an_older_result_without_one_is_no_problem():
+    sec = good_section()
+    sec["modes"]["tensor"] = {"status": "FAIL", "reason": "not implemented for deepseek2"}
+    rows, problems = _rows(sec)
+    assert problems == [] and rows[TENSOR][3] == "FAIL" and rows[LAYERS][3] == "PASS"
+    assert "FAIL: not implemented for deepseek2" in rows[TENSOR][1]
+    del sec["modes"]["tensor"]  # a self-test from before tensor parallelism
+    rows, problems = _rows(sec)
+    assert problems == [] and rows[TENSOR][1:] == ("not measured (a self-test before it)", "", "-")
 
 
 def test_a_failed_cluster_run_shows_its_reason():
@@ -54,8 +74,8 @@ def test_a_failed_cluster_run_shows_its_reason():
     sec["modes"]["cluster"] = {"status": "FAIL", "reason": "llama-bench exited 1", "runs": []}
     rows, problems = _rows(sec)
     assert problems == []
-    assert rows["cluster: with 2 worker(s)"][3] == "FAIL"
-    assert "FAIL: llama-bench exited 1" in rows["cluster: with 2 worker(s)"][1]
+    assert rows[LAYERS][3] == "FAIL"
+    assert "FAIL: llama-bench exited 1" in rows[LAYERS][1]
 
 
 def test_no_section_is_said_and_is_no_problem(tmp_path, capsys, monkeypatch):
@@ -80,6 +100,8 @@ def test_no_section_is_said_and_is_no_problem(tmp_path, capsys, monkeypatch):
         (lambda s: s["modes"]["alone"].update(status="P\u200bASS"), "cluster.modes.alone.status"),
         (lambda s: s["modes"].pop("cluster"), "cluster.modes.cluster"),
         (lambda s: s.update(modes=[1]), "cluster.modes"),
+        (lambda s: s["modes"]["tensor"].update(tg_tps="fast"), "cluster.modes.tensor.tg_tps"),
+        (lambda s: s["modes"].update(tensor=[]), "cluster.modes.tensor"),
         (lambda s: s.update(prompt_tokens=True), "cluster.prompt_tokens"),
     ],
 )

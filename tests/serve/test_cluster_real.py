@@ -334,15 +334,17 @@ def cluster(tmp_path_factory):
         net.close()
 
 
-def head_server(tmp: Path, boards, name: str, gpu: bool):
+def head_server(tmp: Path, boards, name: str, gpu: bool, sections: dict | None = None):
     """The head's rocky-llm unit. gpu: the synthetic self-test result lets the GPU serve (a
     cluster's head then adds --rpc); its Vulkan devices are hidden, so what it runs itself runs
-    on the CPU backend, as the workers do. Not gpu: the board alone, on the CPU."""
+    on the CPU backend, as the workers do. Not gpu: the board alone, on the CPU. `sections`:
+    more of the synthetic result (its cluster measurements)."""
     head = boards["head"]
     model = Path(json.loads(head.config.read_text())["model_path"])
     return start_unit_server(
         tmp / name, BIN_DIR, model, gpu=gpu, cluster=head.cluster, hostname="head",
         extra_env={"VK_ICD_FILENAMES": "/nonexistent.json"}, serve_context_tokens=8192,
+        result_sections=sections,
     )  # fmt: skip
 
 
@@ -409,8 +411,11 @@ def test_split_output_is_the_single_board_s_and_a_lost_worker_is_no_hang(cluster
         item = plan["models"]["reference"]["settings"]["cluster"]
         assert item["value"] == [f"{boards[w].address}:50052" for w in WORKERS], item
         assert "2 of 2 workers answer" in item["reason"], item
+        split = plan["models"]["reference"]["settings"]["split_mode"]
+        assert split["value"] == "layer" and "not measured" in split["reason"], split
         presets = info["presets"].read_text()
         assert "rpc = " + ",".join(item["value"]) in presets, presets
+        assert "split-mode" not in presets, presets
         assert greedy(server) == single
         # w2 dies while a long request runs: the request ends (an error, never a hang) ...
         result: dict = {}
@@ -461,6 +466,48 @@ def test_split_output_is_the_single_board_s_and_a_lost_worker_is_no_hang(cluster
             workers[w] = start_worker(w)
 
 
+def _cluster_measured(boards, alone: float, layers: float, tensor: float) -> dict:
+    """A cluster section as the self-test writes it, its rates chosen by the test (pp = tg):
+    the real step's rates on one CPU would pick whichever the machine's load favours."""
+
+    def mode(rate: float) -> dict:
+        return {"status": "PASS", "pp_tps": rate, "tg_tps": rate, "runs": []}
+
+    return {"cluster": {
+        "workers": [f"{boards[w].address}:50052" for w in WORKERS], "left_out": [],
+        "prompt_tokens": 2048, "decode_tokens": 128, "ubatch": 512,
+        "modes": {"alone": mode(alone), "cluster": mode(layers), "tensor": mode(tensor)},
+    }}  # fmt: skip
+
+
+def test_tensor_parallelism_where_it_was_measured_fastest(cluster, tmp_path):
+    """The head's self-test measured tensor parallelism fastest (the rates are the test's, as
+    said above): the real router's child splits every weight over both workers' rpc-servers
+    (llama.cpp's Meta device, `split-mode = tensor` in the preset) and answers with the single
+    board's greedy text."""
+    _, boards, _, _ = cluster
+    server, _ = head_server(tmp_path, boards, "alone", gpu=False)
+    try:
+        single = greedy(server)
+    finally:
+        server.stop()
+    measured = _cluster_measured(boards, alone=10.0, layers=8.0, tensor=20.0)
+    server, info = head_server(tmp_path, boards, "tensor", gpu=True, sections=measured)
+    try:
+        plan = json.loads(info["settings_file"].read_text())["models"]["reference"]["settings"]
+        assert plan["cluster"]["value"] == measured["cluster"]["workers"], plan["cluster"]
+        assert plan["split_mode"]["value"] == "tensor", plan["split_mode"]
+        assert plan["split_mode"]["reason"].endswith("tensor parallel 115.2 s: tensor parallelism")
+        presets = info["presets"].read_text()
+        assert "split-mode = tensor" in presets and "rpc = " in presets, presets
+        assert greedy(server) == single
+        log = server.tail(200_000)
+        assert "creating a Meta device for tensor parallelism from 2 devices" in log, log[-3000:]
+        assert "enabling flash_attn since it is required for SPLIT_MODE_TENSOR" in log
+    finally:
+        server.stop()
+
+
 def test_the_head_measures_itself_alone_and_with_its_workers(cluster):
     """`rocky-llm cluster bench`: real llama-bench, alone (-dev, here `none`: the head's CPU) and
     spread over the workers (-rpc); every run's devices and rates kept. The rates say nothing
@@ -472,12 +519,24 @@ def test_the_head_measures_itself_alone_and_with_its_workers(cluster):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     doc = json.loads(out.stdout)
     assert doc["workers"] == [f"{boards[w].address}:50052" for w in WORKERS]
-    for mode in ("alone", "cluster"):
+    for mode in ("alone", "cluster", "tensor"):
         assert doc["modes"][mode]["status"] == "PASS", doc["modes"][mode]
         assert doc["modes"][mode]["pp_tps"] > 0 and doc["modes"][mode]["tg_tps"] > 0
-    spread = [r for r in doc["modes"]["cluster"]["runs"]]
+    spread = doc["modes"]["cluster"]["runs"] + doc["modes"]["tensor"]["runs"]
     assert all("-rpc" in r["cmd"] and "-dev" not in r["cmd"] for r in spread), spread[0]["cmd"]
     assert all("RPC" in (r["devices"] or "") or r["devices"] in ("auto", "") for r in spread)
+    tensor = doc["modes"]["tensor"]["runs"]
+    assert tensor and all(r["cmd"][-2:] == ["-fa", "1"] and "tensor" in r["cmd"] for r in tensor)
+    # Kept for serve.model: the head's plan now splits as measured (this board has no
+    # self-test result, so the record is the latest measurement), and says where it came from.
+    assert "saved in " in out.stderr and "from the server's next start" in out.stderr
+    plan = boards["head"].rocky_llm("settings", "--json", env=hidden)
+    assert plan.returncode == 0, plan.stderr
+    settings = json.loads(plan.stdout)["models"]["reference"]["settings"]
+    print("from the record:", settings["cluster"]["reason"], "|", settings["split_mode"]["reason"])
+    assert "by `rocky-llm cluster bench` (20" in settings["cluster"]["reason"], settings
+    # alone (the model fits) or the workers, split as measured: the reasons name the times
+    assert "alone " in settings["cluster"]["reason"] + settings["split_mode"]["reason"], settings
     # A worker is refused the measurement: it is the head's.
     w = boards["w1"].rocky_llm("cluster", "bench")
     assert w.returncode == 2 and "is a worker: run `cluster bench` on head" in w.stderr, w.stderr
@@ -485,7 +544,7 @@ def test_the_head_measures_itself_alone_and_with_its_workers(cluster):
 
 def test_the_head_s_self_test_records_both_and_the_report_shows_them(cluster):
     """The self-test's `cluster` step (the layer's copy, as the head runs it), its section read
-    by `rocky-vulkan report`'s own checker: both modes measured, both rows PASS."""
+    by `rocky-vulkan report`'s own checker: every mode measured, every row PASS."""
     from rocky_vulkan.host.cluster_doc import cluster_rows
     from rocky_vulkan.host.result_doc import checked
 
@@ -513,8 +572,9 @@ def test_the_head_s_self_test_records_both_and_the_report_shows_them(cluster):
     doc = checked({**_doc(crash_at=None), "cluster": step["data"]})
     assert doc["problems"] == [], doc["problems"]
     rows = {r[0]: r for r in cluster_rows(doc["cluster"])}
-    assert rows["cluster: alone"][3] == rows["cluster: with 2 worker(s)"][3] == "PASS", rows
-    assert "this board alone" in rows["cluster: with 2 worker(s)"][1]
+    layers, tensor = "cluster: layers, 2 worker(s)", "cluster: tensor parallel, 2 worker(s)"
+    assert rows["cluster: alone"][3] == rows[layers][3] == rows[tensor][3] == "PASS", rows
+    assert "this board alone" in rows[layers][1] and "this board alone" in rows[tensor][1]
 
 
 def test_a_worker_lost_without_a_word_is_seen_and_the_head_plans_again(cluster, tmp_path):

@@ -37,7 +37,7 @@ def test_saved_next_to_the_store_and_read_back(board):
     s, model, tmp = board
     path = mp.save(s, model, SECTION)
     assert os.path.dirname(path) == str(tmp / "placement")  # not inside the store's folder
-    section, why = mp.load(s, model)
+    section, why, _ = mp.load(s, model)
     assert section == SECTION and why.startswith("measured for moe by `rocky-llm place` (20")
 
 
@@ -54,7 +54,7 @@ def test_a_broken_file_is_ignored_and_said(board, content, expected):
     s, model, tmp = board
     (tmp / "placement").mkdir()
     (tmp / "placement" / "moe.json").write_text(content)
-    section, why = mp.load(s, model)
+    section, why, _ = mp.load(s, model)
     assert section is None and expected in why, why
 
 
@@ -67,7 +67,7 @@ def test_a_file_for_other_bytes_is_ignored(board, field):
         other = replace(model, name="other")
     else:
         other = replace(model, **{field: {"size": 1, "sha256": "cd" * 32}[field]})
-    section, why = mp.load(s, other)
+    section, why, _ = mp.load(s, other)
     assert section is None and "measured on other bytes" in why, why
 
 
@@ -76,7 +76,7 @@ def test_a_link_is_not_followed_and_a_bad_name_is_refused(board):
     (tmp / "placement").mkdir()
     (tmp / "elsewhere.json").write_text("{}")
     os.symlink(tmp / "elsewhere.json", tmp / "placement" / "moe.json")
-    section, why = mp.load(s, model)
+    section, why, _ = mp.load(s, model)
     assert section is None and "ignored" in why
     with pytest.raises(StoreError):
         mp.save(s, replace(model, name="../../etc/x"), SECTION)
@@ -105,3 +105,59 @@ def test_the_plan_serves_a_model_by_its_own_measurements(board, monkeypatch):
     failed = {**doc, "checks": [{**c, "status": "FAIL"} for c in GOOD_CHECKS]}
     item = plan(s, store=store, doc=failed)["models"]["moe"]["settings"]["placement"]
     assert item["value"] == "cpu", item
+
+
+# ---- a cluster head's `rocky-llm cluster bench` record, for serve.model ----------------------
+
+CLUSTER = {"subnet": "10.77.0.0/24", "head": "head", "workers": ["w1"]}
+
+
+def _bench(tensor_tps: float) -> dict:
+    def mode(rate: float) -> dict:
+        return {"status": "PASS", "pp_tps": rate, "tg_tps": rate}
+
+    return {"workers": ["10.77.0.2:50052"], "modes": {
+        "alone": mode(10.0), "cluster": mode(8.0), "tensor": mode(tensor_tps)}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("started_at", "uses_record"),
+    [
+        (None, True),  # no self-test result yet
+        ("2026-01-01T00:00:00Z", True),  # the self-test ran before the record
+        ("2999-01-01T00:00:00Z", False),  # the self-test ran after it: its own section
+        ("2999-01-01T00:00:00Z\x1b[2J", True),  # a hostile timestamp is no timestamp
+    ],
+)
+def test_a_cluster_bench_after_the_self_test_decides_serve_model_s_split(
+    board, monkeypatch, started_at, uses_record
+):
+    import rocky_selftest.serve_settings as ss
+
+    monkeypatch.setattr(ss, "reachable", lambda eps, timeout_s=3.0: (eps, []))
+    s, _, tmp = board
+    s = replace(s, cluster=CLUSTER, hostname="head")
+    from rocky_selftest.router import store_for
+
+    reference = store_for(s).get("reference")
+    path = mp.save(s, reference, _bench(tensor_tps=20.0), "cluster")
+    assert os.path.dirname(path) == str(tmp / "cluster-bench")
+    doc = {"checks": GOOD_CHECKS, "cluster": _bench(tensor_tps=1.0)}  # the self-test: layers
+    if started_at is not None:
+        doc["started_at"] = started_at
+    settings = plan(s, doc=doc)["models"]["reference"]["settings"]
+    assert settings["split_mode"]["value"] == ("tensor" if uses_record else "layer"), settings
+    said = "the cluster measured for reference by `rocky-llm cluster bench` (20"
+    assert (said in settings["cluster"]["reason"]) == uses_record, settings["cluster"]
+    # a record for other bytes is never used
+    os.truncate(reference.path, reference.size - 32)
+    assert plan(s, doc=doc)["models"]["reference"]["settings"]["split_mode"]["value"] == "layer"
+
+
+def test_removing_a_model_removes_all_its_measurements(board):
+    s, model, tmp = board
+    mp.save(s, model, SECTION)
+    mp.save(s, model, {"modes": {}}, "cluster")
+    mp.remove(s, "moe")
+    assert not (tmp / "placement" / "moe.json").exists()
+    assert not (tmp / "cluster-bench" / "moe.json").exists()

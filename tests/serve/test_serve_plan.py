@@ -345,30 +345,43 @@ def test_a_head_whose_workers_do_not_answer_skips_and_says_how_to_measure_later(
     assert check.evidence.endswith("then `rocky-llm cluster bench` measures it")
 
 
-def _measured(alone: tuple, cluster: tuple) -> dict:
+def _measured(alone: tuple, cluster: tuple, tensor: tuple | None = None) -> dict:
     def mode(rates):
         pp, tg, *status = rates
         return {"status": status[0] if status else "PASS", "pp_tps": pp, "tg_tps": tg}
 
-    return {"cluster": {"workers": ["10.77.0.2:50052"],
-                        "modes": {"alone": mode(alone), "cluster": mode(cluster)}}}  # fmt: skip
+    modes = {"alone": mode(alone), "cluster": mode(cluster)}
+    if tensor is not None:
+        modes["tensor"] = mode(tensor)
+    return {"cluster": {"workers": ["10.77.0.2:50052"], "modes": modes}}
 
 
+# Typical request 2048+256 tokens: 28/7 t/s = 109.7 s, 20/5 = 153.6 s, 32/9 = 92.4 s.
 @pytest.mark.parametrize(
-    ("measured", "ram_gib", "uses_workers", "said"),
+    ("measured", "ram_gib", "workers", "split", "said"),
     [
-        # 2048/28 + 256/7 = 109.7 s alone against 2048/20 + 256/5 = 153.6 s: alone, it fits
-        (_measured((28.0, 7.0), (20.0, 5.0)), 16, False, "measured alone 109.7 s, with the"),
-        (_measured((20.0, 5.0), (28.0, 7.0)), 16, True, "1 of 2 workers answer"),  # cluster faster
-        (_measured((28.0, 7.0), (20.0, 5.0)), 0.001, True, "1 of 2"),  # does not fit alone
-        (_measured((28.0, 7.0), (0, 0, "FAIL")), 16, True, "1 of 2"),  # a mode not measured
-        ({}, 16, True, "1 of 2"),  # no cluster step in the result (first boot, not paired)
-        ({"cluster": {"modes": {"alone": "x", "cluster": None}}}, 16, True, "1 of 2"),  # hostile
+        (_measured((28.0, 7.0), (20.0, 5.0)), 16, False, "layer",
+         "alone 109.7 s, whole layers 153.6 s, and the model fits here: this board alone"),
+        (_measured((20.0, 5.0), (28.0, 7.0)), 16, True, "layer", "whole layers 109.7 s: llama"),
+        (_measured((28.0, 7.0), (20.0, 5.0)), 0.001, True, "layer", "whole layers 153.6 s:"),
+        (_measured((28.0, 7.0), (0, 0, "FAIL")), 16, True, "layer", "not measured with the"),
+        ({}, 16, True, "layer", "not measured with the workers"),  # first boot, not paired
+        ({"cluster": {"modes": {"alone": "x", "cluster": None}}}, 16, True, "layer", "not mea"),
+        # tensor parallelism the fastest: it serves, also where alone fits
+        (_measured((28.0, 7.0), (20.0, 5.0), (32.0, 9.0)), 16, True, "tensor",
+         "alone 109.7 s, whole layers 153.6 s, tensor parallel 92.4 s: tensor parallelism"),
+        # a failed or slower tensor run is never taken
+        (_measured((20.0, 5.0), (28.0, 7.0), (0, 0, "FAIL")), 16, True, "layer", "layers 109.7"),
+        (_measured((20.0, 5.0), (28.0, 7.0), (20.0, 5.0)), 16, True, "layer", "parallel 153.6"),
+        (_measured((28.0, 7.0), (20.0, 5.0), (28.0, 7.0)), 16, False, "layer", "this board alone"),
+        (_measured((28.0, 7.0), (20.0, 5.0), (-1.0, 5.0)), 0.001, True, "layer", "layers 153.6 s:"),
     ],
 )  # fmt: skip
-def test_a_head_leaves_its_workers_out_only_where_alone_was_measured_faster_and_fits(
-    tmp_path, tiny, monkeypatch, measured, ram_gib, uses_workers, said
+def test_a_head_serves_as_its_self_test_measured_fastest(
+    tmp_path, tiny, monkeypatch, measured, ram_gib, workers, split, said
 ):
+    """Alone only where it fits; whole layers or tensor parallelism by the measured typical
+    request time; llama.cpp's default split where nothing was measured."""
     import rocky_selftest.serve_settings as ss
 
     monkeypatch.setattr(  # w1 answers, w2 does not (the real probe: the test above)
@@ -377,7 +390,30 @@ def test_a_head_leaves_its_workers_out_only_where_alone_was_measured_faster_and_
     write_result(tmp_path, {**GPU_WINS, **measured})
     s = settings(tmp_path, tiny, hostname="head", cluster=CLUSTER, serve_context_tokens=1024,
                  serve_parallel=1)  # fmt: skip
-    item = derive(s, meminfo(tmp_path, ram_gib))["settings"]["cluster"]
-    assert bool(item["value"]) == uses_workers and said in item["reason"], item
-    if not uses_workers:
-        assert item["reason"].endswith("the model fits here: this board alone"), item
+    plan = derive(s, meminfo(tmp_path, ram_gib))
+    item, mode = plan["settings"]["cluster"], plan["settings"]["split_mode"]
+    assert bool(item["value"]) == workers and mode["value"] == split, (item, mode)
+    assert item["reason"].startswith("1 of 2 workers answer"), item
+    assert said in (mode["reason"] if workers else item["reason"]), (item, mode)
+    argv, _ = server_command(s, plan, "/creds")
+    assert ("--rpc" in argv) == workers and ("-dev" in argv) != workers, argv
+    assert (argv[argv.index("--split-mode") + 1] if "--split-mode" in argv else "layer") == split
+
+
+@pytest.mark.parametrize(("split", "line"), [("tensor", "split-mode = tensor"), ("layer", None)])
+def test_the_router_preset_carries_the_workers_and_the_split(split, line):
+    import configparser
+
+    from rocky_selftest.router import preset_ini
+
+    values = {"placement": "gpu", "ubatch": 64, "context_per_slot": 512, "parallel": 1,
+              "model": "/m/ref.gguf", "speculative": None, "cluster": ["10.77.0.2:50052"],
+              "split_mode": split}  # fmt: skip
+    plan = {"settings": {k: {"value": v, "reason": "test"} for k, v in values.items()}}
+    text = preset_ini({"models": {"reference": plan}, "gpu_device": "Vulkan0",
+                       "loaded_at_start": "reference"})  # fmt: skip
+    ini = configparser.ConfigParser()
+    ini.read_string(text)
+    ref = ini["reference"]
+    assert ref["rpc"] == "10.77.0.2:50052" and "device" not in ref, text
+    assert ref.get("split-mode") == (split if line else None), text

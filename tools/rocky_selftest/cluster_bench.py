@@ -2,8 +2,13 @@
 the workers that answer, measured as the placement step measures (llama-bench `-p P -n 128`,
 the server's micro-batch, modes interleaved per repetition, the median of each).
 
-Alone is this board's GPU (`-dev GPU`); the cluster run names no device and registers the
-workers (`-rpc`), so llama.cpp splits the layers over this GPU and theirs, as the server does.
+Alone is this board's GPU (`-dev GPU`). The two cluster runs name no device and register the
+workers (`-rpc`), as the server does, and differ in how llama.cpp splits the model over this GPU
+and theirs: `cluster` gives each device whole layers by its free memory (llama.cpp's default;
+one board at a time computes a token), `tensor` splits every weight matrix over all devices
+(`-sm tensor`, tensor parallelism, which needs flash attention): each board reads only its share
+of the weights per token, at the price of a network exchange per layer. Which is faster depends
+on the boards and the link, so both are measured.
 """
 
 from __future__ import annotations
@@ -17,14 +22,24 @@ from .serve_settings import DEFAULT_UBATCH
 from .settings import Settings
 from .terminal import say
 
-MODES = ("alone", "cluster")
+MODES = ("alone", "cluster", "tensor")
+# llama.cpp's split mode per bench mode, as llama-bench's JSON must report it.
+SPLIT_MODES = {"alone": "layer", "cluster": "layer", "tensor": "tensor"}
+# The cluster works when these pass; tensor parallelism is a candidate the server takes only
+# where it ran and was faster (b9101 lacks it for some architectures, e.g. deepseek2).
+REQUIRED = ("alone", "cluster")
+
+
+def works(doc: dict[str, Any]) -> bool:
+    return all(doc["modes"][m]["status"] == "PASS" for m in REQUIRED)
 
 
 def commands(s: Settings, ubatch: int, workers: list[str]) -> dict[str, tuple[list[str], dict]]:
     alone, env = bench_command(s, "gpu", ubatch)
     at = alone.index("-dev")
     spread = [*alone[:at], *alone[at + 2 :], "-rpc", ",".join(workers)]  # no -dev: all devices
-    return {"alone": (alone, env), "cluster": (spread, env)}
+    tensor = [*spread, "-sm", "tensor", "-fa", "1"]
+    return {"alone": (alone, env), "cluster": (spread, env), "tensor": (tensor, env)}
 
 
 def run_one(s: Settings, mode: str, cmd: list[str], env: dict, ubatch: int,
@@ -43,6 +58,8 @@ def run_one(s: Settings, mode: str, cmd: list[str], env: dict, ubatch: int,
                    n_gpu_layers=pp["n_gpu_layers"])  # fmt: skip
         if not pp["n_gpu_layers"]:
             reason = "no layers offloaded (n_gpu_layers 0)"
+        elif pp["split_mode"] != SPLIT_MODES[mode]:
+            reason = f"llama-bench ran split mode {pp['split_mode']!r}, not {SPLIT_MODES[mode]!r}"
     if reason:
         rec.update(status="FAIL", reason=reason, stderr_tail=res.stderr_tail())
     else:
@@ -85,15 +102,22 @@ def bench(s: Settings, c: cl.Cluster, ubatch: int = DEFAULT_UBATCH, log=say) -> 
 
 
 def summary(doc: dict[str, Any]) -> str:
-    """One line: both modes' rates, or which failed and why."""
+    """One line: every mode's rates, or which failed and why."""
     modes = doc["modes"]
-    bad = [m for m in MODES if modes[m]["status"] != "PASS"]
+    bad = [m for m in REQUIRED if modes[m]["status"] != "PASS"]
     if bad:
         return f"{', '.join(bad)} not measured ({bad[0]}: {modes[bad[0]]['reason']})"
-    a, c = modes["alone"], modes["cluster"]
-    return (
-        f"alone pp{doc['prompt_tokens']} {a['pp_tps']:.2f} t/s, tg{doc['decode_tokens']} "
-        f"{a['tg_tps']:.2f} t/s; with {', '.join(doc['workers'])}: pp {c['pp_tps']:.2f} t/s "
-        f"({c['pp_tps'] / a['pp_tps']:.2f}x), tg {c['tg_tps']:.2f} t/s "
-        f"({c['tg_tps'] / a['tg_tps']:.2f}x)"
-    )
+    a = modes["alone"]
+    parts = [f"alone pp{doc['prompt_tokens']} {a['pp_tps']:.2f} t/s, tg{doc['decode_tokens']} "
+             f"{a['tg_tps']:.2f} t/s"]  # fmt: skip
+    for mode, name in (("cluster", "layers"), ("tensor", "tensor")):
+        c = modes[mode]
+        if c["status"] != "PASS":
+            parts.append(f"{name} not measured ({c['reason']})")
+            continue
+        parts.append(
+            f"{name} over {', '.join(doc['workers'])}: pp {c['pp_tps']:.2f} t/s "
+            f"({c['pp_tps'] / a['pp_tps']:.2f}x), tg {c['tg_tps']:.2f} t/s "
+            f"({c['tg_tps'] / a['tg_tps']:.2f}x)"
+        )
+    return "; ".join(parts)

@@ -42,7 +42,9 @@ from .tune_spec import ENV_VAR
 
 # llama-server's flags as preset keys (the long names without dashes, as common/preset.cpp
 # reads them).
-PRESET_KEYS = {"-ngl": "n-gpu-layers", "-dev": "device", "--rpc": "rpc"}
+PRESET_KEYS = {
+    "-ngl": "n-gpu-layers", "-dev": "device", "--rpc": "rpc", "--split-mode": "split-mode",
+}  # fmt: skip
 PRESET_SWITCHES = {"--cpu-moe": "cpu-moe"}  # flags without a value
 # A child asked to stop is killed after this many seconds (a request in flight gets them).
 STOP_TIMEOUT_S = 30
@@ -63,23 +65,40 @@ def store_for(s: Settings) -> Store:
     return Store(s.models_dir, image)
 
 
+def _cluster_bench(s: Settings, model: Model, doc: Any) -> tuple[Any, str | None]:
+    """The self-test's result with serve.model's cluster section from `rocky-llm cluster
+    bench` where that ran after the self-test started (workers are usually paired after first
+    boot), and where the section came from; else the result as it is."""
+    bench, why, when = model_placement.load(s, model, "cluster")
+    started = doc.get("started_at") if isinstance(doc, dict) else None
+    if bench is None or (
+        isinstance(started, str) and model_placement.TIMESTAMP.fullmatch(started)
+        and (when is None or when <= started)
+    ):  # fmt: skip
+        return doc, None
+    return {**(doc if isinstance(doc, dict) else {}), "cluster": bench}, why
+
+
 def _model_settings(s: Settings, model: Model, meminfo: str, doc: Any) -> dict[str, Any]:
     one = replace(s, serve_model_path=model.path, serve_model_name=model.name)
-    cluster = None  # serve.model: derive asks the workers, and the measurements decide
+    doc = doc if doc is not None else peek_result(s.results_dir)
+    cluster, bench_why = None, None  # serve.model: derive asks the workers, the measurements decide
     if model.name != s.serve_model_name:
         # One rpc-server serves one client at a time: the workers hold serve.model alone.
         cluster = {"value": [], "reason": f"the cluster serves {s.serve_model_name} only"}
-    own, own_why = model_placement.load(s, model)
+    else:
+        doc, bench_why = _cluster_bench(s, model, doc)
+    own, own_why, _ = model_placement.load(s, model)
     if own is not None:  # its own measurements (`rocky-llm place`), the self-test's GPU checks
-        base = doc if doc is not None else peek_result(s.results_dir)
-        doc = {**(base if isinstance(base, dict) else {}), "placement": own}
-    extra = {} if doc is None else {"doc": doc}
-    p = derive(one, meminfo=meminfo, cluster=cluster, **extra)
+        doc = {**(doc if isinstance(doc, dict) else {}), "placement": own}
+    p = derive(one, meminfo=meminfo, cluster=cluster, doc=doc)
     item = p["settings"]["placement"]
     if own is not None:
         item["reason"] = f"{own_why}: {item['reason']}"
     elif model.name != s.serve_model_name:  # the self-test measured serve.model, not this one
         item["reason"] += f"; {own_why}"
+    if bench_why:
+        p["settings"]["cluster"]["reason"] += f"; the cluster {bench_why}"
     return p
 
 

@@ -27,7 +27,7 @@ import sys
 from typing import Any
 
 from . import cluster_cli, model_placement, paths, router
-from .cluster import ClusterError, reachable
+from .cluster import ClusterError
 from .files import read_json
 from .model_store import Store, StoreError, name_from_source
 from .serve_keys import ServeKeyError, cert_fingerprint, make_missing, read_api_key, write_api_key
@@ -181,14 +181,9 @@ def cmd_place(args: argparse.Namespace) -> int:
 
     s = load_settings(args.config)
     model = _store(s).get(args.name)
-    up, _ = reachable([f"127.0.0.1:{s.serve_port}"], timeout_s=1.0)
-    if up:
-        print(
-            f"rocky-llm: the server answers on port {s.serve_port}: it holds memory and the GPU "
-            "and would share the timings; `sudo systemctl stop rocky-llm rocky-llm-ollama`, "
-            "then place, then `sudo systemctl start rocky-llm rocky-llm-ollama`",
-            file=sys.stderr,
-        )
+    busy = model_placement.server_in_the_way(s, f"rocky-llm place {model.name}")
+    if busy:
+        print(f"rocky-llm: {busy}", file=sys.stderr)
         return 2
     check, section = model_placement.measure(
         s, model, peek_result(s.results_dir), log=lambda text: print(_clean(text), file=sys.stderr)

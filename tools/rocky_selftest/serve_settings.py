@@ -125,56 +125,87 @@ def memory_fit(s: Settings, mem_total: int | None) -> tuple[int, int, str, bool]
     return ctx, slots, why + ("; " + "; ".join(notes) if notes else ""), kv <= budget
 
 
-def alone_faster(s: Settings, doc: Any) -> str | None:
-    """Why this board alone serves the typical request faster than with its workers, as the
-    self-test's cluster step measured both (rocky-llm cluster bench measures the same), else
-    None (not measured, a mode failed, or the cluster was faster)."""
+# The self-test's cluster modes (cluster_bench.MODES) and llama.cpp's --split-mode for each.
+CLUSTER_SPLITS = {"cluster": "layer", "tensor": "tensor"}
+CLUSTER_NAMES = {"alone": "alone", "cluster": "whole layers", "tensor": "tensor parallel"}
+DEFAULT_SPLIT = "llama.cpp's default: whole layers per device by its free memory"
+
+
+def cluster_times(s: Settings, doc: Any) -> dict[str, float]:
+    """The typical request's seconds in each cluster mode the self-test measured and passed
+    (rocky-llm cluster bench measures the same); hostile or failed modes are left out."""
     section = doc.get("cluster") if isinstance(doc, dict) else None
     modes = section.get("modes") if isinstance(section, dict) else None
-    if not isinstance(modes, dict):
-        return None
-    prompt, generated = s.serve_request_prompt_tokens, s.serve_request_generated_tokens
-    times = {}
-    for mode in ("alone", "cluster"):
-        entry = modes.get(mode)
+    times: dict[str, float] = {}
+    for mode in CLUSTER_NAMES:
+        entry = modes.get(mode) if isinstance(modes, dict) else None
         if not isinstance(entry, dict) or entry.get("status") != "PASS":
-            return None
-        times[mode] = request_seconds(entry.get("pp_tps"), entry.get("tg_tps"), prompt, generated)
-        if times[mode] is None:
-            return None
-    if times["alone"] >= times["cluster"]:
-        return None
-    return (
-        f"measured alone {times['alone']:.1f} s, with the workers {times['cluster']:.1f} s for "
-        f"a {prompt}+{generated}-token request, and the model fits here"
-    )
+            continue
+        seconds = request_seconds(
+            entry.get("pp_tps"), entry.get("tg_tps"),
+            s.serve_request_prompt_tokens, s.serve_request_generated_tokens,
+        )  # fmt: skip
+        if seconds is not None:
+            times[mode] = seconds
+    return times
+
+
+def fastest_cluster_mode(s: Settings, doc: Any, fits: bool) -> tuple[str | None, str]:
+    """The measured mode with the least typical-request time ("alone" only where the model
+    `fits` this board), and the measurements; None when the self-test compared none with
+    the workers."""
+    times = cluster_times(s, doc)
+    if not fits:
+        times.pop("alone", None)
+    if not set(times) & set(CLUSTER_SPLITS):
+        return None, "not measured with the workers"
+    best = min(times, key=times.__getitem__)  # a tie keeps the earlier: alone, then layers
+    request = f"{s.serve_request_prompt_tokens}+{s.serve_request_generated_tokens}-token request"
+    measured = ", ".join(f"{CLUSTER_NAMES[m]} {t:.1f} s" for m, t in times.items())
+    return best, f"measured for a {request}: {measured}"
 
 
 _ON_DISK: Any = object()
 
 
-def cluster_setting(s: Settings, doc: Any = None, fits: bool = False) -> dict[str, Any]:
-    """The workers' rpc-servers the head's llama-server uses (--rpc), with the reason: those
-    answering now, unless the model `fits` this board and the self-test (`doc`) measured it
-    faster alone (every split layer costs a network round trip per token). llama.cpp splits
-    the layers over them and the GPU by each device's free memory, and leaves out a worker it
-    cannot reach when it loads the model (it serves from what fits locally)."""
+def cluster_settings(s: Settings, doc: Any = None, fits: bool = False) -> dict[str, Any]:
+    """The `cluster` setting (the workers' rpc-servers the head's llama-server uses, --rpc) and
+    the `split_mode` setting (--split-mode), with their reasons. The workers answering now are
+    used, split as the self-test (`doc`) measured fastest: whole layers per device by its free
+    memory (llama.cpp's default, also when nothing was measured) or tensor parallelism; none
+    where this board alone was measured faster and the model `fits` here (every device
+    boundary costs network round trips per token). llama.cpp leaves out a worker it cannot
+    reach when it loads the model (it serves from what fits locally)."""
+
+    def alone(why: str) -> dict[str, Any]:
+        return {
+            "cluster": {"value": [], "reason": why},
+            "split_mode": {"value": "layer", "reason": "no workers: unused"},
+        }
+
     try:
         c = parse_cluster(s.cluster)
     except ClusterError as err:  # load_settings refuses it; never serve half a cluster
-        return {"value": [], "reason": f"cluster ignored: {err}"}
+        return alone(f"cluster ignored: {err}")
     me = s.board_name
     if c is None or c.role(me) != "head":
         role = "no cluster" if c is None else f"{me} is not the cluster's head"
-        return {"value": [], "reason": f"{role}: this board alone"}
+        return alone(f"{role}: this board alone")
     up, down = reachable(c.rpc_endpoints())
     why = f"{len(up)} of {len(c.workers)} workers answer over {c.interface}"
     if down:
         why += f" ({'; '.join(down)})"
-    faster = alone_faster(s, doc) if up and fits else None
-    if faster:
-        return {"value": [], "reason": f"{why}; {faster}: this board alone"}
-    return {"value": up, "reason": why + ("" if up else ": this board alone")}
+    if not up:
+        return alone(why + ": this board alone")
+    best, measured = fastest_cluster_mode(s, doc, fits)
+    if best == "alone":
+        return alone(f"{why}; {measured}, and the model fits here: this board alone")
+    split = CLUSTER_SPLITS[best or "cluster"]
+    how = DEFAULT_SPLIT if split == "layer" else "tensor parallelism"
+    return {
+        "cluster": {"value": up, "reason": why},
+        "split_mode": {"value": split, "reason": f"{measured}: {how}"},
+    }
 
 
 def derive(
@@ -185,8 +216,8 @@ def derive(
 ) -> dict[str, Any]:
     """Every setting as {value, reason}, plus warnings for the journal and the login message.
     `doc`: the self-test's result (default: the one on disk; the self-test's serving step
-    passes the run's own document so far). `cluster`: the cluster setting (default: found
-    now)."""
+    passes the run's own document so far). `cluster`: the cluster setting, split by whole
+    layers (default: found now, split as measured)."""
     if doc is _ON_DISK:
         doc = peek_result(s.results_dir)
     ok, gpu_why = gpu_ok(doc)
@@ -204,6 +235,10 @@ def derive(
     ctx, slots, mem_why, fits = memory_fit(s, mem_total_bytes(meminfo))
     section = doc.get("speculative") if isinstance(doc, dict) else None
     spec, spec_why = choose_speculation(section, s.served_model)
+    if cluster is None:
+        spread = cluster_settings(s, doc, fits)
+    else:
+        spread = {"cluster": cluster, "split_mode": {"value": "layer", "reason": DEFAULT_SPLIT}}
     warnings = []
     if mode == SAFE_MODE and not ok:
         warnings.append(f"serving on the CPU, not the GPU: {gpu_why}")
@@ -219,7 +254,7 @@ def derive(
             "listen": {"value": s.serve_listen, "reason": "serve.listen in rocky-vulkan.yaml"},
             "model": {"value": s.served_model, "reason": f"serve.model: {s.serve_model_name}"},
             "speculative": {"value": spec, "reason": spec_why},
-            "cluster": cluster if cluster is not None else cluster_setting(s, doc, fits),
+            **spread,
         },
         "warnings": warnings,
     }
@@ -241,16 +276,26 @@ def rpc_workers(plan: dict[str, Any]) -> list[str]:
     return list(item["value"]) if item else []
 
 
+def split_mode(plan: dict[str, Any]) -> str:
+    """The plan's --split-mode; whole layers in a plan made before there was a choice."""
+    item = plan["settings"].get("split_mode")
+    return item["value"] if item else "layer"
+
+
 def device_flags(plan: dict[str, Any], mode: str, gpu_device: str) -> list[str]:
     """On the GPU: -dev names it, so a missing GPU fails loudly, never silently the CPU. A
     cluster's head names no device: llama.cpp then uses the GPU and each worker that answers
     when the model loads (RPC0, RPC1, ... in the order that answered), so a worker lost since
-    the plan was made leaves the model on this board, never a server that cannot start."""
+    the plan was made leaves the model on this board, never a server that cannot start.
+    Tensor parallelism needs flash attention, which llama-server's default (auto) turns on."""
     if mode not in ON_GPU:
         return []
     # experts-cpu keeps the experts in this board's RAM: no worker would hold them.
     workers = rpc_workers(plan) if mode == "gpu" else []
-    return ["--rpc", ",".join(workers)] if workers else ["-dev", gpu_device]
+    if not workers:
+        return ["-dev", gpu_device]
+    tensor = ["--split-mode", "tensor"] if split_mode(plan) == "tensor" else []
+    return ["--rpc", ",".join(workers), *tensor]
 
 
 def server_command(

@@ -1,6 +1,7 @@
 """The `cluster` section of a board's result.json (a head's self-test: this board alone and
-spread over its workers), read as hostile input like the rest of the file, and its rows in the
-report. The ratios are computed here from the two rates, never taken from the board."""
+spread over its workers by whole layers and by tensor parallelism), read as hostile input like
+the rest of the file, and its rows in the report. The ratios are computed here from the rates,
+never taken from the board."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from typing import Any
 
 MODES = ("alone", "cluster")
+TENSOR = "tensor"  # measured since tensor parallelism; absent in an older board's result
 MAX_RATE = 1e9
 MAX_WORKERS = 64
 # host:port as cluster.rpc_endpoints writes it: an IPv4 address of the cluster's subnet
@@ -58,6 +60,8 @@ def cluster_section(raw: Any, c: Any) -> dict[str, Any] | None:
         modes = {}
     for mode in MODES:
         out["modes"][mode] = _mode(modes.get(mode), mode, c)
+    if TENSOR in modes:
+        out["modes"][TENSOR] = _mode(modes[TENSOR], TENSOR, c)
     if len(c.problems) == before:
         out["state"] = "ok"
     return out
@@ -76,7 +80,8 @@ def _rates(entry: dict[str, Any], base: dict[str, Any] | None) -> str:
 
 
 def cluster_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
-    """This board alone, then with its workers (prefill and decode, and both ratios)."""
+    """This board alone, then with its workers by whole layers and by tensor parallelism
+    (prefill and decode, and both ratios)."""
     if section is None:
         return [("cluster", "not in this result (not a cluster head, or no worker answered)",
                  "", "-")]  # fmt: skip
@@ -85,12 +90,20 @@ def cluster_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str, st
                  "BAD")]  # fmt: skip
     alone, spread = section["modes"]["alone"], section["modes"]["cluster"]
     size = f"pp{section['prompt_tokens'] or '?'} / tg{section['decode_tokens'] or '?'}"
-    return [
+    over = f"(over {', '.join(section['workers'])})"
+    rows = [
         ("cluster: alone", _rates(alone, None), size, alone["status"]),
         (
-            f"cluster: with {len(section['workers'])} worker(s)",
-            f"{_rates(spread, alone)} (over {', '.join(section['workers'])})",
+            f"cluster: layers, {len(section['workers'])} worker(s)",
+            f"{_rates(spread, alone)} {over}",
             size,
             spread["status"],
         ),  # fmt: skip
     ]
+    tensor = section["modes"].get(TENSOR)
+    label = f"cluster: tensor parallel, {len(section['workers'])} worker(s)"
+    if tensor is None:
+        rows.append((label, "not measured (a self-test before it)", "", "-"))
+    else:
+        rows.append((label, f"{_rates(tensor, alone)} {over}", size, tensor["status"]))
+    return rows

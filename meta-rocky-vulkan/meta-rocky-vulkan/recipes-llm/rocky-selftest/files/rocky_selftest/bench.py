@@ -102,6 +102,7 @@ def clean_entry(entry: dict[str, Any]) -> tuple[dict[str, Any] | None, str | Non
         **counts,
         "gpu_info": _text(entry, "gpu_info"),
         "devices": _text(entry, "devices"),
+        "split_mode": _text(entry, "split_mode"),
         "build_commit": _text(entry, "build_commit"),
     }, None
 

@@ -8,7 +8,8 @@
 - `worker` (rocky-rpc.service, inside that namespace): exec rpc-server on the GPU;
 - `role` (rocky-rpc.service's ExecCondition): head, worker or none;
 - `status`: the role, the address, the peers and which workers answer;
-- `bench` (head): prefill and decode alone and with the workers (cluster_bench.py);
+- `bench` (root, head, server stopped): prefill and decode alone and with the workers
+  (cluster_bench.py), kept for serve.model's settings (model_placement.py);
 - `stale`, `watch` (head, rocky-cluster-watch.service): whether the server's workers still
   answer; restart the server when they changed.
 """
@@ -108,16 +109,30 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """The head alone and with its workers; stop the server first (it holds the GPU's memory)."""
-    from .cluster_bench import bench, summary
+    """The head alone and with its workers, kept for serve.model's settings (model_placement,
+    kind "cluster"); the server must be stopped (it holds the GPU's memory)."""
+    from .cluster_bench import bench, summary, works
+    from .model_placement import save, server_in_the_way
+    from .router import store_for
 
     s = load_settings(args.config)
     c = _cluster(s)
     if c.role(s.board_name) != "head":
         raise cl.ClusterError(f"{s.board_name} is a worker: run `cluster bench` on {c.head}")
+    busy = server_in_the_way(s, "rocky-llm cluster bench")
+    if busy:
+        _say(f"rocky-llm: {busy}", sys.stderr)
+        return 2
+    model = store_for(s).get(s.serve_model_name)
     doc = bench(s, c, args.ubatch, log=lambda text: _say(text, sys.stderr))
     print(json.dumps(doc, indent=1) if args.json else summary(doc))
-    return 0 if all(m["status"] == "PASS" for m in doc["modes"].values()) else 1
+    if not works(doc):
+        _say("nothing saved: the server keeps what the self-test measured", sys.stderr)
+        return 1
+    path = save(s, model, doc, "cluster")
+    _say(f"saved in {path}: {model.name}'s settings use it from the server's next start",
+         sys.stderr)  # fmt: skip
+    return 0
 
 
 def _used_workers(settings_file: str) -> list[str] | None:
@@ -209,7 +224,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     key.add_argument("--json", action="store_true", help="as JSON, with the board's name")
     key.set_defaults(func=cmd_key)
     bench = csub.add_parser(
-        "bench", help="(head) prefill and decode alone and with the workers (llama-bench)"
+        "bench",
+        help="(root, head) prefill and decode alone and with the workers; kept for the server",
     )
     bench.add_argument("--ubatch", type=int, default=512, choices=(64, 128, 256, 512, 1024),
                        help="llama-bench -ub (default: %(default)s)")  # fmt: skip

@@ -1,10 +1,12 @@
 """The `cluster` step (a head only): prefill and decode on the served model, this board alone and
 spread over the workers that answer, measured as `rocky-llm cluster bench` measures
-(cluster_bench.py). The report shows both and their ratio.
+(cluster_bench.py): whole layers per board and tensor parallelism. The report shows each and
+its ratio to this board alone.
 
 A board outside a cluster, or a worker, skips it; so does a head whose workers do not answer yet
 (at first boot they are not paired: `rocky-llm cluster bench` measures it later). A head whose
-workers answer but whose runs fail fails it: the cluster it is configured for does not work.
+workers answer but whose alone or layer-split runs fail fails it: the cluster it is configured
+for does not work. A failed tensor-parallel run is shown, and the server does not use it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from . import cluster as cl
 from .bench import Deadline
 from .checks import SKIP, Check, failed, passed
-from .cluster_bench import bench, summary
+from .cluster_bench import bench, summary, works
 from .serve_settings import DEFAULT_UBATCH
 from .settings import Settings
 from .terminal import say
@@ -37,6 +39,6 @@ def cluster(
     except cl.ClusterError as err:
         return Check(NAME, SKIP, f"{err}; then `rocky-llm cluster bench` measures it"), None
     line = summary(data)
-    if all(m["status"] == "PASS" for m in data["modes"].values()):
+    if works(data):
         return passed(NAME, line), data
     return failed(NAME, line), data
