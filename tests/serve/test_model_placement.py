@@ -161,3 +161,15 @@ def test_removing_a_model_removes_all_its_measurements(board):
     mp.remove(s, "moe")
     assert not (tmp / "placement" / "moe.json").exists()
     assert not (tmp / "cluster-bench" / "moe.json").exists()
+
+
+def test_a_folder_this_user_cannot_write_is_said_before_measuring(board, monkeypatch):
+    """The tests run as root, for whom every folder is writable: os.access is replaced to
+    inject the refusal a normal user gets."""
+    s, _, tmp = board
+    assert mp.not_writable(s, "cluster", "rocky-llm cluster bench") is None
+    monkeypatch.setattr(mp.os, "access", lambda path, mode: path != str(tmp))
+    why = mp.not_writable(s, "cluster", "rocky-llm cluster bench")
+    assert why == f"{tmp} is not writable by this user: `sudo rocky-llm cluster bench`"
+    (tmp / "cluster-bench").mkdir()  # once the folder exists, it is the one asked
+    assert mp.not_writable(s, "cluster", "rocky-llm cluster bench") is None

@@ -62,6 +62,17 @@ def server_in_the_way(s: Settings, command: str) -> str | None:
     )
 
 
+def not_writable(s: Settings, kind: str, command: str) -> str | None:
+    """Why `command` could not keep what it measures (asked before minutes of measuring), or
+    None: the nearest existing folder of its file must be writable by this user."""
+    folder = measured_dir(s, kind)
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    if os.access(folder, os.W_OK):
+        return None
+    return f"{folder} is not writable by this user: `sudo {command}`"
+
+
 def measure(s: Settings, model: Model, doc: dict[str, Any] | None, log) -> tuple[Any, dict]:
     """The placement step on `model` (its Check and section). `doc`: the self-test's result,
     for its GPU checks and the sweep's best micro-batch."""

@@ -112,7 +112,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """The head alone and with its workers, kept for serve.model's settings (model_placement,
     kind "cluster"); the server must be stopped (it holds the GPU's memory)."""
     from .cluster_bench import bench, summary, works
-    from .model_placement import save, server_in_the_way
+    from .model_placement import not_writable, save, server_in_the_way
     from .router import store_for
 
     s = load_settings(args.config)
@@ -120,6 +120,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if c.role(s.board_name) != "head":
         raise cl.ClusterError(f"{s.board_name} is a worker: run `cluster bench` on {c.head}")
     busy = server_in_the_way(s, "rocky-llm cluster bench")
+    busy = busy or not_writable(s, "cluster", "rocky-llm cluster bench")
     if busy:
         _say(f"rocky-llm: {busy}", sys.stderr)
         return 2

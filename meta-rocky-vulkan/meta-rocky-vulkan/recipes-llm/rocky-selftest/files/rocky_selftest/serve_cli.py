@@ -181,7 +181,9 @@ def cmd_place(args: argparse.Namespace) -> int:
 
     s = load_settings(args.config)
     model = _store(s).get(args.name)
-    busy = model_placement.server_in_the_way(s, f"rocky-llm place {model.name}")
+    command = f"rocky-llm place {model.name}"
+    busy = model_placement.server_in_the_way(s, command)
+    busy = busy or model_placement.not_writable(s, "placement", command)
     if busy:
         print(f"rocky-llm: {busy}", file=sys.stderr)
         return 2
