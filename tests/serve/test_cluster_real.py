@@ -397,6 +397,42 @@ def chat(server, tokens: int, timeout: float = 300):
     )  # fmt: skip
 
 
+def lose_w2_mid_request(server, workers: dict, single: str) -> None:
+    """w2 dies while a long request runs: the request ends (an error, never a hang), and the
+    next request is answered from what is left, with the single board's text."""
+    result: dict = {}
+
+    def long_request() -> None:
+        try:
+            result["r"] = chat(server, 2000, timeout=120)
+        except OSError as err:
+            result["r"] = err
+
+    th = threading.Thread(target=long_request)
+    th.start()
+    time.sleep(1.0)
+    workers["w2"].kill()
+    workers["w2"].wait(10)
+    killed = time.monotonic()
+    th.join(150)
+    assert not th.is_alive(), "the request hangs after its worker died"
+    ended = time.monotonic() - killed
+    shown = result["r"] if isinstance(result["r"], OSError) else result["r"][1][:300]
+    print(f"the request ended {ended:.1f} s after w2 was killed: {shown!r}")
+    # It was cut short: an error, or (a worker lost between two of its tokens) a 500.
+    assert isinstance(result["r"], OSError) or result["r"][0] != 200, result["r"]
+    # ... and the next request is answered from what is left, with the same text.
+    again, deadline = None, time.monotonic() + 120
+    while again is None and time.monotonic() < deadline:
+        status, data = chat(server, 24)
+        if status == 200:
+            again = json.loads(data)["choices"][0]["message"]["content"]
+        else:
+            print("after the loss:", status, data[:200])
+            time.sleep(2)
+    assert again == single, (again, single, server.tail(3000))
+
+
 def test_split_output_is_the_single_board_s_and_a_lost_worker_is_no_hang(cluster, tmp_path):
     net, boards, workers, start_worker = cluster
     server, info = head_server(tmp_path, boards, "alone", gpu=False)
@@ -417,38 +453,7 @@ def test_split_output_is_the_single_board_s_and_a_lost_worker_is_no_hang(cluster
         assert "rpc = " + ",".join(item["value"]) in presets, presets
         assert "split-mode" not in presets, presets
         assert greedy(server) == single
-        # w2 dies while a long request runs: the request ends (an error, never a hang) ...
-        result: dict = {}
-
-        def long_request() -> None:
-            try:
-                result["r"] = chat(server, 2000, timeout=120)
-            except OSError as err:
-                result["r"] = err
-
-        th = threading.Thread(target=long_request)
-        th.start()
-        time.sleep(1.0)
-        workers["w2"].kill()
-        workers["w2"].wait(10)
-        killed = time.monotonic()
-        th.join(150)
-        assert not th.is_alive(), "the request hangs after its worker died"
-        ended = time.monotonic() - killed
-        shown = result["r"] if isinstance(result["r"], OSError) else result["r"][1][:300]
-        print(f"the request ended {ended:.1f} s after w2 was killed: {shown!r}")
-        # It was cut short: an error, or (a worker lost between two of its tokens) a 500.
-        assert isinstance(result["r"], OSError) or result["r"][0] != 200, result["r"]
-        # ... and the next request is answered from what is left, with the same text.
-        again, deadline = None, time.monotonic() + 120
-        while again is None and time.monotonic() < deadline:
-            status, data = chat(server, 24)
-            if status == 200:
-                again = json.loads(data)["choices"][0]["message"]["content"]
-            else:
-                print("after the loss:", status, data[:200])
-                time.sleep(2)
-        assert again == single, (again, single, server.tail(3000))
+        lose_w2_mid_request(server, workers, single)
     finally:
         server.stop()
         workers["w2"] = start_worker("w2")
@@ -484,8 +489,8 @@ def test_tensor_parallelism_where_it_was_measured_fastest(cluster, tmp_path):
     """The head's self-test measured tensor parallelism fastest (the rates are the test's, as
     said above): the real router's child splits every weight over both workers' rpc-servers
     (llama.cpp's Meta device, `split-mode = tensor` in the preset) and answers with the single
-    board's greedy text."""
-    _, boards, _, _ = cluster
+    board's greedy text; a worker lost mid-request ends that request, never hangs it."""
+    _, boards, workers, start_worker = cluster
     server, _ = head_server(tmp_path, boards, "alone", gpu=False)
     try:
         single = greedy(server)
@@ -504,8 +509,10 @@ def test_tensor_parallelism_where_it_was_measured_fastest(cluster, tmp_path):
         log = server.tail(200_000)
         assert "creating a Meta device for tensor parallelism from 2 devices" in log, log[-3000:]
         assert "enabling flash_attn since it is required for SPLIT_MODE_TENSOR" in log
+        lose_w2_mid_request(server, workers, single)  # then a Meta device over w1 alone
     finally:
         server.stop()
+        workers["w2"] = start_worker("w2")
 
 
 def test_the_head_measures_itself_alone_and_with_its_workers(cluster):
