@@ -8,7 +8,9 @@
 # under OUT/work). LAYER: names under meta-rocky-vulkan/ (default: all three), to recheck one
 # layer after a change to it alone. Writes OUT/yocto-check-layer.log; exit status is
 # yocto-check-layer's. The upstream layers are dependencies, not tested (--no-auto-dependency).
-# About 30+ minutes per layer on 2 cores. Run as a normal user, kas 5.5 on PATH.
+# ROCKY_YCL_MACHINES="m1 m2": the BSP's machines to build signatures and world for (default:
+# every kas/*.yml machine; each adds a parse and more on 2 cores). About 30+ minutes per layer
+# on 2 cores. Run as a normal user, kas 5.5 on PATH.
 set -euo pipefail
 
 if [ "${1:-}" = --inner ]; then
@@ -38,6 +40,12 @@ work="$out/work"
 root=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
 cd "$root"
 mapfile -t machines < <(grep -l '^machine:' kas/*.yml | xargs -n1 basename | sed 's/\.yml$//')
+if [ -n "${ROCKY_YCL_MACHINES:-}" ]; then
+    read -r -a machines <<< "$ROCKY_YCL_MACHINES"
+    for machine in "${machines[@]}"; do
+        [ -f "kas/$machine.yml" ] || { echo "ROCKY_YCL_MACHINES: no kas/$machine.yml" >&2; exit 2; }
+    done
+fi
 names=("${@:3}")
 [ ${#names[@]} -gt 0 ] || names=(meta-rocky-vulkan-bsp meta-rocky-vulkan-distro meta-rocky-vulkan)
 layers=()
