@@ -76,3 +76,8 @@ def run_tool_cases(env: dict[str, str | None], args: list[str], op: str, count: 
     assert not bad, "\n".join(bad)
     assert m.group(1) == m.group(2) and proc.returncode == 0, out[-3000:]
     return out
+
+
+# What llama.cpp's loader prints per buffer, e.g. "load_tensors:      Vulkan0 model buffer size =
+# 3.52 MiB" (the CPU's is "CPU_Mapped" or "CPU"; a worker's "RPC0[10.77.0.2:50052]").
+BUFFER_RE = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")

@@ -28,11 +28,14 @@ def good_section() -> dict:
             "alone": {"status": "PASS", "pp_tps": 20.0, "tg_tps": 5.0, "runs": runs},
             "cluster": {"status": "PASS", "pp_tps": 30.0, "tg_tps": 4.0, "runs": []},
             "tensor": {"status": "PASS", "pp_tps": 25.0, "tg_tps": 7.5, "runs": []},
+            "speed": {"status": "PASS", "pp_tps": 32.0, "tg_tps": 4.5, "runs": []},
         },
+        "tensor_split": "0.600/0.400",
     }
 
 
 LAYERS, TENSOR = "cluster: layers, 2 worker(s)", "cluster: tensor parallel, 2 worker(s)"
+SPEED = "cluster: layers by speed, 2 worker(s)"
 
 
 def _rows(section) -> tuple[dict, list[str]]:
@@ -55,6 +58,10 @@ def test_both_rates_and_their_ratios_are_in_the_report(tmp_path, capsys, monkeyp
         "pp 25.00 t/s, tg 7.50 t/s = 1.25x / 1.50x this board alone "
         "(over 10.77.0.2:50052, 10.77.0.3:50052)"
     )
+    assert rows[SPEED][1] == (
+        "pp 32.00 t/s, tg 4.50 t/s = 1.60x / 0.90x this board alone "
+        "(over 10.77.0.2:50052, 10.77.0.3:50052) (-ts 0.600/0.400)"
+    )
     assert rows["cluster: alone"][2] == rows[TENSOR][2] == "pp512 / tg128"
 
 
@@ -64,9 +71,10 @@ def test_a_failed_tensor_run_is_shown_and_an_older_result_without_one_is_no_prob
     rows, problems = _rows(sec)
     assert problems == [] and rows[TENSOR][3] == "FAIL" and rows[LAYERS][3] == "PASS"
     assert "FAIL: not implemented for deepseek2" in rows[TENSOR][1]
-    del sec["modes"]["tensor"]  # a self-test from before tensor parallelism
+    del sec["modes"]["tensor"], sec["modes"]["speed"], sec["tensor_split"]  # an older self-test
     rows, problems = _rows(sec)
     assert problems == [] and rows[TENSOR][1:] == ("not measured (a self-test before it)", "", "-")
+    assert rows[SPEED][1:] == ("not measured (a self-test before it)", "", "-")
 
 
 def test_a_failed_cluster_run_shows_its_reason():
@@ -102,6 +110,9 @@ def test_no_section_is_said_and_is_no_problem(tmp_path, capsys, monkeypatch):
         (lambda s: s.update(modes=[1]), "cluster.modes"),
         (lambda s: s["modes"]["tensor"].update(tg_tps="fast"), "cluster.modes.tensor.tg_tps"),
         (lambda s: s["modes"].update(tensor=[]), "cluster.modes.tensor"),
+        (lambda s: s["modes"]["speed"].update(status="PASS\n"), "cluster.modes.speed.status"),
+        (lambda s: s.update(tensor_split="0.6/0.4\x1b[2J"), "cluster.tensor_split"),
+        (lambda s: s.update(tensor_split=[0.6, 0.4]), "cluster.tensor_split"),
         (lambda s: s.update(prompt_tokens=True), "cluster.prompt_tokens"),
     ],
 )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import subprocess
 import time
 from pathlib import Path
@@ -22,15 +21,12 @@ from rocky_selftest.router import preset_ini
 from rocky_selftest.settings import load_settings
 from rocky_selftest.stack import sha256_file
 
-from tests.helpers.llama_bin import BIN_DIR, VK_ENV, vulkan_device
+from tests.helpers.llama_bin import BIN_DIR, BUFFER_RE, VK_ENV, vulkan_device
 from tests.helpers.selftest import write_config
 from tests.helpers.serve import TEXT_ONLY, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.needs_llama_bin]
 N_LAYER = 3
-# What llama.cpp's loader prints per buffer, e.g. "load_tensors:      Vulkan0 model buffer size =
-# 3.52 MiB" (the CPU's is "CPU_Mapped" or "CPU").
-BUFFER_RE = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
 
 
 @pytest.fixture(scope="module")

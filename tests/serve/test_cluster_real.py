@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -30,7 +31,7 @@ from pathlib import Path
 import pytest
 from rocky_selftest.cluster import parse
 
-from tests.helpers.llama_bin import BIN_DIR
+from tests.helpers.llama_bin import BIN_DIR, BUFFER_RE
 from tests.helpers.selftest import make_tiny_model
 from tests.helpers.serve import (
     TEXT_ONLY,
@@ -397,30 +398,40 @@ def chat(server, tokens: int, timeout: float = 300):
     )  # fmt: skip
 
 
-def lose_w2_mid_request(server, workers: dict, single: str) -> None:
-    """w2 dies while a long request runs: the request ends (an error, never a hang), and the
-    next request is answered from what is left, with the single board's text."""
+def cut_mid_request(server, cut, what: str, timeout: float = 120) -> float:
+    """A long request runs; `cut()` takes a worker away: the request ends cut short (an error,
+    or, a worker lost between two of its tokens, a 500), never hangs. Its seconds after the cut."""
     result: dict = {}
 
     def long_request() -> None:
         try:
-            result["r"] = chat(server, 2000, timeout=120)
+            result["r"] = chat(server, 2000, timeout=timeout)
         except OSError as err:
             result["r"] = err
 
     th = threading.Thread(target=long_request)
     th.start()
     time.sleep(1.0)
-    workers["w2"].kill()
-    workers["w2"].wait(10)
-    killed = time.monotonic()
-    th.join(150)
-    assert not th.is_alive(), "the request hangs after its worker died"
-    ended = time.monotonic() - killed
+    cut()
+    at = time.monotonic()
+    th.join(timeout - 20)
+    assert not th.is_alive(), f"the request hangs after {what}"
+    ended = time.monotonic() - at
     shown = result["r"] if isinstance(result["r"], OSError) else result["r"][1][:300]
-    print(f"the request ended {ended:.1f} s after w2 was killed: {shown!r}")
-    # It was cut short: an error, or (a worker lost between two of its tokens) a 500.
+    print(f"the request ended {ended:.1f} s after {what}: {shown!r}")
     assert isinstance(result["r"], OSError) or result["r"][0] != 200, result["r"]
+    return ended
+
+
+def lose_w2_mid_request(server, workers: dict, single: str) -> None:
+    """w2 dies while a long request runs: the request ends (an error, never a hang), and the
+    next request is answered from what is left, with the single board's text."""
+
+    def kill_w2() -> None:
+        workers["w2"].kill()
+        workers["w2"].wait(10)
+
+    cut_mid_request(server, kill_w2, "w2 was killed", timeout=170)
     # ... and the next request is answered from what is left, with the same text.
     again, deadline = None, time.monotonic() + 120
     while again is None and time.monotonic() < deadline:
@@ -471,7 +482,8 @@ def test_split_output_is_the_single_board_s_and_a_lost_worker_is_no_hang(cluster
             workers[w] = start_worker(w)
 
 
-def _cluster_measured(boards, alone: float, layers: float, tensor: float) -> dict:
+def _cluster_measured(boards, alone: float, layers: float, tensor: float,
+                      speed: float = 1.0) -> dict:  # fmt: skip
     """A cluster section as the self-test writes it, its rates chosen by the test (pp = tg):
     the real step's rates on one CPU would pick whichever the machine's load favours."""
 
@@ -481,7 +493,9 @@ def _cluster_measured(boards, alone: float, layers: float, tensor: float) -> dic
     return {"cluster": {
         "workers": [f"{boards[w].address}:50052" for w in WORKERS], "left_out": [],
         "prompt_tokens": 2048, "decode_tokens": 128, "ubatch": 512,
-        "modes": {"alone": mode(alone), "cluster": mode(layers), "tensor": mode(tensor)},
+        "modes": {"alone": mode(alone), "cluster": mode(layers), "tensor": mode(tensor),
+                  "speed": mode(speed)},
+        "tensor_split": "0.250/0.750",
     }}  # fmt: skip
 
 
@@ -502,7 +516,8 @@ def test_tensor_parallelism_where_it_was_measured_fastest(cluster, tmp_path):
         plan = json.loads(info["settings_file"].read_text())["models"]["reference"]["settings"]
         assert plan["cluster"]["value"] == measured["cluster"]["workers"], plan["cluster"]
         assert plan["split_mode"]["value"] == "tensor", plan["split_mode"]
-        assert plan["split_mode"]["reason"].endswith("tensor parallel 115.2 s: tensor parallelism")
+        why = plan["split_mode"]["reason"]
+        assert "tensor parallel 115.2 s, " in why and why.endswith(": tensor parallelism"), why
         presets = info["presets"].read_text()
         assert "split-mode = tensor" in presets and "rpc = " in presets, presets
         assert greedy(server) == single
@@ -513,6 +528,37 @@ def test_tensor_parallelism_where_it_was_measured_fastest(cluster, tmp_path):
     finally:
         server.stop()
         workers["w2"] = start_worker("w2")
+
+
+def test_layers_by_speed_where_that_was_measured_fastest(cluster, tmp_path):
+    """The split by each device's own decode rate measured fastest (the test's rates): the
+    router's child gets `tensor-split` with the measured shares and answers with the single
+    board's text. The 2-layer model's 3 slots (2 layers, the output) go by the shares: w1's
+    quarter gets layer 0, w2 layer 1 and the output (by free memory, ~equal, w1 gets both
+    layers: llama.cpp's default would give w1 more, not less)."""
+    _, boards, _, _ = cluster
+    server, _ = head_server(tmp_path, boards, "alone", gpu=False)
+    try:
+        single = greedy(server)
+    finally:
+        server.stop()
+    measured = _cluster_measured(boards, alone=10.0, layers=8.0, tensor=5.0, speed=20.0)
+    server, info = head_server(tmp_path, boards, "speed", gpu=True, sections=measured)
+    try:
+        plan = json.loads(info["settings_file"].read_text())["models"]["reference"]["settings"]
+        assert plan["split_mode"]["value"] == "layer", plan["split_mode"]
+        assert plan["tensor_split"]["value"] == "0.250/0.750", plan["tensor_split"]
+        presets = info["presets"].read_text()
+        assert "tensor-split = 0.250/0.750" in presets and "split-mode" not in presets, presets
+        assert greedy(server) == single
+        log = server.tail(200_000)
+        sizes = {dev: float(mib) for dev, mib in BUFFER_RE.findall(log)}
+        print("model buffers:", sizes)
+        w1, w2 = (f"[{boards[w].address}:50052]" for w in WORKERS)
+        on = {w: sum(mib for dev, mib in sizes.items() if dev.endswith(w)) for w in (w1, w2)}
+        assert on[w2] > on[w1] > 0, (sizes, log[-3000:])
+    finally:
+        server.stop()
 
 
 def test_the_head_measures_itself_alone_and_with_its_workers(cluster):
@@ -534,6 +580,14 @@ def test_the_head_measures_itself_alone_and_with_its_workers(cluster):
     assert all("RPC" in (r["devices"] or "") or r["devices"] in ("auto", "") for r in spread)
     tensor = doc["modes"]["tensor"]["runs"]
     assert tensor and all(r["cmd"][-2:] == ["-fa", "1"] and "tensor" in r["cmd"] for r in tensor)
+    # each worker decoded the reference model alone; the split by speed used their shares
+    speeds = doc["device_speeds"]
+    assert [r["device"] for r in speeds] == ["RPC0", "RPC1"], speeds
+    assert all(r["status"] == "PASS" and r["tg_tps"] > 0 for r in speeds), speeds
+    assert re.fullmatch(r"0\.\d{3}/0\.\d{3}", doc["tensor_split"]), doc["tensor_split"]
+    by_speed = doc["modes"]["speed"]
+    assert by_speed["status"] == "PASS", by_speed
+    assert all(r["cmd"][-2:] == ["-ts", doc["tensor_split"]] for r in by_speed["runs"])
     # Kept for serve.model: the head's plan now splits as measured (this board has no
     # self-test result, so the record is the latest measurement), and says where it came from.
     assert "saved in " in out.stderr and "from the server's next start" in out.stderr
@@ -579,9 +633,10 @@ def test_the_head_s_self_test_records_both_and_the_report_shows_them(cluster):
     doc = checked({**_doc(crash_at=None), "cluster": step["data"]})
     assert doc["problems"] == [], doc["problems"]
     rows = {r[0]: r for r in cluster_rows(doc["cluster"])}
-    layers, tensor = "cluster: layers, 2 worker(s)", "cluster: tensor parallel, 2 worker(s)"
-    assert rows["cluster: alone"][3] == rows[layers][3] == rows[tensor][3] == "PASS", rows
-    assert "this board alone" in rows[layers][1] and "this board alone" in rows[tensor][1]
+    names = ["cluster: alone"] + [f"cluster: {x}, 2 worker(s)" for x in
+                                  ("layers", "tensor parallel", "layers by speed")]  # fmt: skip
+    assert [rows[n][3] for n in names] == ["PASS"] * 4, rows
+    assert all("this board alone" in rows[n][1] for n in names[1:]), rows
 
 
 def test_a_worker_lost_without_a_word_is_seen_and_the_head_plans_again(cluster, tmp_path):
@@ -600,23 +655,9 @@ def test_a_worker_lost_without_a_word_is_seen_and_the_head_plans_again(cluster, 
         single = greedy(server)
         out = head.rocky_llm("cluster", "stale", "--settings-file", settings_file)
         assert out.returncode == 0 and "the server's workers answer" in out.stdout, out
-        result: dict = {}
-
-        def long_request() -> None:
-            try:
-                result["r"] = chat(server, 2000, timeout=300)
-            except OSError as err:
-                result["r"] = err
-
-        th = threading.Thread(target=long_request)
-        th.start()
-        time.sleep(1.0)
-        sh(*in_ns(net.ns("w2"), "ip", "link", "set", "eth0", "down"))
-        pulled = time.monotonic()
-        th.join(280)
-        assert not th.is_alive(), "the request hangs after its worker's cable was pulled"
-        print(f"the request ended {time.monotonic() - pulled:.1f} s after the cable was pulled")
-        assert isinstance(result["r"], OSError) or result["r"][0] != 200, result["r"]
+        pull = ["ip", "link", "set", "eth0", "down"]
+        cut_mid_request(server, lambda: sh(*in_ns(net.ns("w2"), *pull)), "the cable was pulled",
+                        timeout=300)  # fmt: skip
         out = head.rocky_llm("cluster", "stale", "--settings-file", settings_file)
         assert out.returncode == 1, out
         assert f"a worker the server uses stopped answering ({w2}: timed out)" in out.stdout, out

@@ -345,7 +345,9 @@ def test_a_head_whose_workers_do_not_answer_skips_and_says_how_to_measure_later(
     assert check.evidence.endswith("then `rocky-llm cluster bench` measures it")
 
 
-def _measured(alone: tuple, cluster: tuple, tensor: tuple | None = None) -> dict:
+def _measured(alone: tuple, cluster: tuple, tensor: tuple | None = None,
+              speed: tuple | None = None, shares: object = "0.600/0.400",
+              workers: tuple = ("10.77.0.2:50052",)) -> dict:  # fmt: skip
     def mode(rates):
         pp, tg, *status = rates
         return {"status": status[0] if status else "PASS", "pp_tps": pp, "tg_tps": tg}
@@ -353,7 +355,9 @@ def _measured(alone: tuple, cluster: tuple, tensor: tuple | None = None) -> dict
     modes = {"alone": mode(alone), "cluster": mode(cluster)}
     if tensor is not None:
         modes["tensor"] = mode(tensor)
-    return {"cluster": {"workers": ["10.77.0.2:50052"], "modes": modes}}
+    if speed is not None:
+        modes["speed"] = mode(speed)
+    return {"cluster": {"workers": list(workers), "modes": modes, "tensor_split": shares}}
 
 
 # Typical request 2048+256 tokens: 28/7 t/s = 109.7 s, 20/5 = 153.6 s, 32/9 = 92.4 s.
@@ -375,6 +379,16 @@ def _measured(alone: tuple, cluster: tuple, tensor: tuple | None = None) -> dict
         (_measured((20.0, 5.0), (28.0, 7.0), (20.0, 5.0)), 16, True, "layer", "parallel 153.6"),
         (_measured((28.0, 7.0), (20.0, 5.0), (28.0, 7.0)), 16, False, "layer", "this board alone"),
         (_measured((28.0, 7.0), (20.0, 5.0), (-1.0, 5.0)), 0.001, True, "layer", "layers 153.6 s:"),
+        # layers by each device's speed the fastest: --tensor-split with the measured shares
+        (_measured((20.0, 5.0), (28.0, 7.0), None, (32.0, 9.0)), 16, True, "layer",
+         "layers by speed 92.4 s: whole layers, each device's share by its own decode rate"),
+        # ... but only over the workers it was measured with, and with well-formed shares
+        (_measured((20.0, 5.0), (28.0, 7.0), None, (32.0, 9.0), workers=("10.77.0.3:50052",)),
+         16, True, "layer", "whole layers 109.7 s: llama"),
+        (_measured((20.0, 5.0), (28.0, 7.0), None, (32.0, 9.0), shares="1/1;rm -rf"),
+         16, True, "layer", "whole layers 109.7 s: llama"),
+        (_measured((20.0, 5.0), (28.0, 7.0), None, (32.0, 9.0), shares=[0.5, 0.5]),
+         16, True, "layer", "whole layers 109.7 s: llama"),
     ],
 )  # fmt: skip
 def test_a_head_serves_as_its_self_test_measured_fastest(
@@ -398,17 +412,29 @@ def test_a_head_serves_as_its_self_test_measured_fastest(
     argv, _ = server_command(s, plan, "/creds")
     assert ("--rpc" in argv) == workers and ("-dev" in argv) != workers, argv
     assert (argv[argv.index("--split-mode") + 1] if "--split-mode" in argv else "layer") == split
+    speed = "layers by speed" in said
+    assert plan["settings"]["tensor_split"]["value"] == ("0.600/0.400" if speed else None)
+    assert argv[argv.index("--tensor-split") + 1] if speed else "--tensor-split" not in argv
+    if speed:
+        assert argv[argv.index("--tensor-split") + 1] == "0.600/0.400", argv
 
 
-@pytest.mark.parametrize(("split", "line"), [("tensor", "split-mode = tensor"), ("layer", None)])
-def test_the_router_preset_carries_the_workers_and_the_split(split, line):
+@pytest.mark.parametrize(
+    ("split", "shares", "line"),
+    [
+        ("tensor", None, "split-mode = tensor"),
+        ("layer", None, None),
+        ("layer", "0.700/0.300", None),
+    ],
+)
+def test_the_router_preset_carries_the_workers_and_the_split(split, shares, line):
     import configparser
 
     from rocky_selftest.router import preset_ini
 
     values = {"placement": "gpu", "ubatch": 64, "context_per_slot": 512, "parallel": 1,
               "model": "/m/ref.gguf", "speculative": None, "cluster": ["10.77.0.2:50052"],
-              "split_mode": split}  # fmt: skip
+              "split_mode": split, "tensor_split": shares}  # fmt: skip
     plan = {"settings": {k: {"value": v, "reason": "test"} for k, v in values.items()}}
     text = preset_ini({"models": {"reference": plan}, "gpu_device": "Vulkan0",
                        "loaded_at_start": "reference"})  # fmt: skip
@@ -417,3 +443,4 @@ def test_the_router_preset_carries_the_workers_and_the_split(split, line):
     ref = ini["reference"]
     assert ref["rpc"] == "10.77.0.2:50052" and "device" not in ref, text
     assert ref.get("split-mode") == (split if line else None), text
+    assert ref.get("tensor-split") == shares, text

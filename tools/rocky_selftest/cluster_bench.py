@@ -7,8 +7,9 @@ workers (`-rpc`), as the server does, and differ in how llama.cpp splits the mod
 and theirs: `cluster` gives each device whole layers by its free memory (llama.cpp's default;
 one board at a time computes a token), `tensor` splits every weight matrix over all devices
 (`-sm tensor`, tensor parallelism, which needs flash attention): each board reads only its share
-of the weights per token, at the price of a network exchange per layer. Which is faster depends
-on the boards and the link, so both are measured.
+of the weights per token, at the price of a network exchange per layer; `speed` gives each
+device whole layers by its own measured decode rate (`-ts`, cluster_speed.py). Which is fastest
+depends on the boards and the link, so all are measured.
 """
 
 from __future__ import annotations
@@ -16,17 +17,19 @@ from __future__ import annotations
 from typing import Any
 
 from . import cluster as cl
+from . import cluster_speed
 from .bench import Deadline, start_record
 from .placement_bench import DECODE_TOKENS, bench_command, parse_pp_tg, summarize
 from .serve_settings import DEFAULT_UBATCH
 from .settings import Settings
 from .terminal import say
 
-MODES = ("alone", "cluster", "tensor")
+MODES = ("alone", "cluster", "tensor", "speed")
 # llama.cpp's split mode per bench mode, as llama-bench's JSON must report it.
-SPLIT_MODES = {"alone": "layer", "cluster": "layer", "tensor": "tensor"}
-# The cluster works when these pass; tensor parallelism is a candidate the server takes only
-# where it ran and was faster (b9101 lacks it for some architectures, e.g. deepseek2).
+SPLIT_MODES = {"alone": "layer", "cluster": "layer", "tensor": "tensor", "speed": "layer"}
+# The cluster works when these pass; the other splits are candidates the server takes only
+# where they ran and were faster (b9101 lacks tensor parallelism for some architectures, e.g.
+# deepseek2; a split by speed needs every device's own rate).
 REQUIRED = ("alone", "cluster")
 
 
@@ -34,12 +37,18 @@ def works(doc: dict[str, Any]) -> bool:
     return all(doc["modes"][m]["status"] == "PASS" for m in REQUIRED)
 
 
-def commands(s: Settings, ubatch: int, workers: list[str]) -> dict[str, tuple[list[str], dict]]:
+def commands(
+    s: Settings, ubatch: int, workers: list[str], shares: str | None = None
+) -> dict[str, tuple[list[str], dict]]:
+    """Each mode's llama-bench command; `speed` only with the devices' `shares` (-ts)."""
     alone, env = bench_command(s, "gpu", ubatch)
     at = alone.index("-dev")
     spread = [*alone[:at], *alone[at + 2 :], "-rpc", ",".join(workers)]  # no -dev: all devices
     tensor = [*spread, "-sm", "tensor", "-fa", "1"]
-    return {"alone": (alone, env), "cluster": (spread, env), "tensor": (tensor, env)}
+    out = {"alone": (alone, env), "cluster": (spread, env), "tensor": (tensor, env)}
+    if shares:
+        out["speed"] = ([*spread, "-ts", shares], env)
+    return out
 
 
 def run_one(s: Settings, mode: str, cmd: list[str], env: dict, ubatch: int,
@@ -68,7 +77,8 @@ def run_one(s: Settings, mode: str, cmd: list[str], env: dict, ubatch: int,
 
 
 def bench(s: Settings, c: cl.Cluster, ubatch: int = DEFAULT_UBATCH, log=say) -> dict[str, Any]:
-    """Both modes, s.repetitions times each; ClusterError when no worker answers."""
+    """Every mode, s.repetitions times each (after each device's own rate, for `speed`);
+    ClusterError when no worker answers."""
     up, down = cl.reachable(c.rpc_endpoints())
     if not up:
         raise cl.ClusterError(
@@ -77,11 +87,15 @@ def bench(s: Settings, c: cl.Cluster, ubatch: int = DEFAULT_UBATCH, log=say) -> 
         )
     for why in down:
         log(f"  left out: rpc-server {why}")
-    cmds = commands(s, ubatch, up)
     deadline = Deadline(s.deadline_s)
+    env = bench_command(s, "gpu", ubatch)[1]
+    speeds = cluster_speed.measure(s, up, env, deadline)
+    shares, shares_why = cluster_speed.split(speeds)
+    log(f"  split by speed: {shares or '-'} ({shares_why})")
+    cmds = commands(s, ubatch, up, shares)
     runs = []
     for rep in range(s.repetitions):
-        for mode in MODES:
+        for mode in [m for m in MODES if m in cmds]:
             rec = run_one(s, mode, *cmds[mode], ubatch, deadline)
             rec["repeat"] = rep
             runs.append(rec)
@@ -90,10 +104,14 @@ def bench(s: Settings, c: cl.Cluster, ubatch: int = DEFAULT_UBATCH, log=say) -> 
             else:
                 log(f"  {mode:7} FAIL {rec['reason']}")
     prompt, generated = s.serve_request_prompt_tokens, s.serve_request_generated_tokens
-    modes = {m: summarize(runs, m, prompt, generated) for m in MODES}
+    modes = {m: summarize(runs, m, prompt, generated) for m in MODES if m in cmds}
+    if shares is None:
+        modes["speed"] = {"status": "FAIL", "reason": shares_why, "runs": []}
     return {
         "workers": up,
         "left_out": down,
+        "device_speeds": speeds,
+        "tensor_split": shares,
         "prompt_tokens": prompt,
         "decode_tokens": DECODE_TOKENS,
         "ubatch": ubatch,
@@ -110,7 +128,8 @@ def summary(doc: dict[str, Any]) -> str:
     a = modes["alone"]
     parts = [f"alone pp{doc['prompt_tokens']} {a['pp_tps']:.2f} t/s, tg{doc['decode_tokens']} "
              f"{a['tg_tps']:.2f} t/s"]  # fmt: skip
-    for mode, name in (("cluster", "layers"), ("tensor", "tensor")):
+    names = {"cluster": "layers", "tensor": "tensor", "speed": f"layers {doc['tensor_split']}"}
+    for mode, name in names.items():
         c = modes[mode]
         if c["status"] != "PASS":
             parts.append(f"{name} not measured ({c['reason']})")

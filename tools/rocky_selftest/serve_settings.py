@@ -14,6 +14,7 @@ from typing import Any
 from . import paths
 from .cluster import ClusterError, reachable
 from .cluster import parse as parse_cluster
+from .cluster_speed import SPLIT_RE
 from .gguf import GgufError, model_shape
 from .outcome import peek_result
 from .placement import ON_GPU, SAFE_MODE, choose, mode_flags, request_seconds
@@ -126,8 +127,9 @@ def memory_fit(s: Settings, mem_total: int | None) -> tuple[int, int, str, bool]
 
 
 # The self-test's cluster modes (cluster_bench.MODES) and llama.cpp's --split-mode for each.
-CLUSTER_SPLITS = {"cluster": "layer", "tensor": "tensor"}
-CLUSTER_NAMES = {"alone": "alone", "cluster": "whole layers", "tensor": "tensor parallel"}
+CLUSTER_SPLITS = {"cluster": "layer", "tensor": "tensor", "speed": "layer"}
+CLUSTER_NAMES = {"alone": "alone", "cluster": "whole layers", "tensor": "tensor parallel",
+                 "speed": "layers by speed"}  # fmt: skip
 DEFAULT_SPLIT = "llama.cpp's default: whole layers per device by its free memory"
 
 
@@ -150,13 +152,27 @@ def cluster_times(s: Settings, doc: Any) -> dict[str, float]:
     return times
 
 
-def fastest_cluster_mode(s: Settings, doc: Any, fits: bool) -> tuple[str | None, str]:
+def speed_shares(doc: Any, workers: list[str]) -> str | None:
+    """The measured split by speed (`-ts`), where it was measured over these very workers: the
+    shares are per device, in order."""
+    section = doc.get("cluster") if isinstance(doc, dict) else None
+    if not isinstance(section, dict) or section.get("workers") != workers:
+        return None
+    shares = section.get("tensor_split")
+    return shares if isinstance(shares, str) and SPLIT_RE.fullmatch(shares) else None
+
+
+def fastest_cluster_mode(
+    s: Settings, doc: Any, fits: bool, workers: list[str]
+) -> tuple[str | None, str]:
     """The measured mode with the least typical-request time ("alone" only where the model
-    `fits` this board), and the measurements; None when the self-test compared none with
-    the workers."""
+    `fits` this board, "speed" only over the `workers` it was measured with), and the
+    measurements; None when the self-test compared none with the workers."""
     times = cluster_times(s, doc)
     if not fits:
         times.pop("alone", None)
+    if speed_shares(doc, workers) is None:
+        times.pop("speed", None)
     if not set(times) & set(CLUSTER_SPLITS):
         return None, "not measured with the workers"
     best = min(times, key=times.__getitem__)  # a tie keeps the earlier: alone, then layers
@@ -181,6 +197,7 @@ def cluster_settings(s: Settings, doc: Any = None, fits: bool = False) -> dict[s
         return {
             "cluster": {"value": [], "reason": why},
             "split_mode": {"value": "layer", "reason": "no workers: unused"},
+            "tensor_split": {"value": None, "reason": "no workers: unused"},
         }
 
     try:
@@ -197,14 +214,20 @@ def cluster_settings(s: Settings, doc: Any = None, fits: bool = False) -> dict[s
         why += f" ({'; '.join(down)})"
     if not up:
         return alone(why + ": this board alone")
-    best, measured = fastest_cluster_mode(s, doc, fits)
+    best, measured = fastest_cluster_mode(s, doc, fits, up)
     if best == "alone":
         return alone(f"{why}; {measured}, and the model fits here: this board alone")
     split = CLUSTER_SPLITS[best or "cluster"]
-    how = DEFAULT_SPLIT if split == "layer" else "tensor parallelism"
+    how = {"tensor": "tensor parallelism", "speed": "whole layers, each device's share by its "
+           "own decode rate"}.get(best or "", DEFAULT_SPLIT)  # fmt: skip
+    shares = speed_shares(doc, up) if best == "speed" else None
     return {
         "cluster": {"value": up, "reason": why},
         "split_mode": {"value": split, "reason": f"{measured}: {how}"},
+        "tensor_split": {
+            "value": shares,
+            "reason": f"{measured}: layers by speed" if shares else "each device's free memory",
+        },
     }
 
 
@@ -238,7 +261,11 @@ def derive(
     if cluster is None:
         spread = cluster_settings(s, doc, fits)
     else:
-        spread = {"cluster": cluster, "split_mode": {"value": "layer", "reason": DEFAULT_SPLIT}}
+        spread = {
+            "cluster": cluster,
+            "split_mode": {"value": "layer", "reason": DEFAULT_SPLIT},
+            "tensor_split": {"value": None, "reason": "each device's free memory"},
+        }
     warnings = []
     if mode == SAFE_MODE and not ok:
         warnings.append(f"serving on the CPU, not the GPU: {gpu_why}")
@@ -282,6 +309,12 @@ def split_mode(plan: dict[str, Any]) -> str:
     return item["value"] if item else "layer"
 
 
+def tensor_split(plan: dict[str, Any]) -> str | None:
+    """The plan's --tensor-split; none (free memory) in a plan made before there was one."""
+    item = plan["settings"].get("tensor_split")
+    return item["value"] if item else None
+
+
 def device_flags(plan: dict[str, Any], mode: str, gpu_device: str) -> list[str]:
     """On the GPU: -dev names it, so a missing GPU fails loudly, never silently the CPU. A
     cluster's head names no device: llama.cpp then uses the GPU and each worker that answers
@@ -294,8 +327,10 @@ def device_flags(plan: dict[str, Any], mode: str, gpu_device: str) -> list[str]:
     workers = rpc_workers(plan) if mode == "gpu" else []
     if not workers:
         return ["-dev", gpu_device]
-    tensor = ["--split-mode", "tensor"] if split_mode(plan) == "tensor" else []
-    return ["--rpc", ",".join(workers), *tensor]
+    how = ["--split-mode", "tensor"] if split_mode(plan) == "tensor" else []
+    if tensor_split(plan):
+        how += ["--tensor-split", tensor_split(plan)]
+    return ["--rpc", ",".join(workers), *how]
 
 
 def server_command(

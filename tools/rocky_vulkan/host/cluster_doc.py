@@ -1,15 +1,18 @@
 """The `cluster` section of a board's result.json (a head's self-test: this board alone and
-spread over its workers by whole layers and by tensor parallelism), read as hostile input like
-the rest of the file, and its rows in the report. The ratios are computed here from the rates,
-never taken from the board."""
+spread over its workers by whole layers, tensor parallelism and layers by speed), read as
+hostile input like the rest of the file, and its rows in the report. The ratios are computed
+here from the rates, never taken from the board."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from rocky_selftest.cluster_speed import SPLIT_RE
+
 MODES = ("alone", "cluster")
-TENSOR = "tensor"  # measured since tensor parallelism; absent in an older board's result
+# Measured since tensor parallelism and the split by speed; absent in an older board's result.
+LATER_MODES = {"tensor": "tensor parallel", "speed": "layers by speed"}
 MAX_RATE = 1e9
 MAX_WORKERS = 64
 # host:port as cluster.rpc_endpoints writes it: an IPv4 address of the cluster's subnet
@@ -60,8 +63,15 @@ def cluster_section(raw: Any, c: Any) -> dict[str, Any] | None:
         modes = {}
     for mode in MODES:
         out["modes"][mode] = _mode(modes.get(mode), mode, c)
-    if TENSOR in modes:
-        out["modes"][TENSOR] = _mode(modes[TENSOR], TENSOR, c)
+    for mode in LATER_MODES:
+        if mode in modes:
+            out["modes"][mode] = _mode(modes[mode], mode, c)
+    shares = raw.get("tensor_split")
+    out["tensor_split"] = None
+    if isinstance(shares, str) and SPLIT_RE.fullmatch(shares):
+        out["tensor_split"] = shares
+    elif shares is not None:
+        c.bad("cluster.tensor_split", shares, "shares such as 0.500/0.500, or null")
     if len(c.problems) == before:
         out["state"] = "ok"
     return out
@@ -80,8 +90,8 @@ def _rates(entry: dict[str, Any], base: dict[str, Any] | None) -> str:
 
 
 def cluster_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
-    """This board alone, then with its workers by whole layers and by tensor parallelism
-    (prefill and decode, and both ratios)."""
+    """This board alone, then with its workers by whole layers, by tensor parallelism and by
+    whole layers split by each device's speed (prefill and decode, and both ratios)."""
     if section is None:
         return [("cluster", "not in this result (not a cluster head, or no worker answered)",
                  "", "-")]  # fmt: skip
@@ -91,19 +101,25 @@ def cluster_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str, st
     alone, spread = section["modes"]["alone"], section["modes"]["cluster"]
     size = f"pp{section['prompt_tokens'] or '?'} / tg{section['decode_tokens'] or '?'}"
     over = f"(over {', '.join(section['workers'])})"
+    n = len(section["workers"])
     rows = [
         ("cluster: alone", _rates(alone, None), size, alone["status"]),
         (
-            f"cluster: layers, {len(section['workers'])} worker(s)",
+            f"cluster: layers, {n} worker(s)",
             f"{_rates(spread, alone)} {over}",
             size,
             spread["status"],
         ),  # fmt: skip
     ]
-    tensor = section["modes"].get(TENSOR)
-    label = f"cluster: tensor parallel, {len(section['workers'])} worker(s)"
-    if tensor is None:
-        rows.append((label, "not measured (a self-test before it)", "", "-"))
-    else:
-        rows.append((label, f"{_rates(tensor, alone)} {over}", size, tensor["status"]))
+    for mode, name in LATER_MODES.items():
+        entry, label = section["modes"].get(mode), f"cluster: {name}, {n} worker(s)"
+        if entry is None:
+            rows.append((label, "not measured (a self-test before it)", "", "-"))
+            continue
+        shares = (
+            f" (-ts {section['tensor_split']})"
+            if mode == "speed" and section["tensor_split"]
+            else ""
+        )
+        rows.append((label, f"{_rates(entry, alone)} {over}{shares}", size, entry["status"]))
     return rows

@@ -29,6 +29,7 @@ SRC_URI = "\
     file://rocky_selftest/cluster.py \
     file://rocky_selftest/cluster_bench.py \
     file://rocky_selftest/cluster_cli.py \
+    file://rocky_selftest/cluster_speed.py \
     file://rocky_selftest/cluster_step.py \
     file://rocky_selftest/cts.py \
     file://rocky_selftest/driver.py \

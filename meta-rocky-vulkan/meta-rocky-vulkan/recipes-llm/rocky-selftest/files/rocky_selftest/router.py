@@ -44,6 +44,7 @@ from .tune_spec import ENV_VAR
 # reads them).
 PRESET_KEYS = {
     "-ngl": "n-gpu-layers", "-dev": "device", "--rpc": "rpc", "--split-mode": "split-mode",
+    "--tensor-split": "tensor-split",
 }  # fmt: skip
 PRESET_SWITCHES = {"--cpu-moe": "cpu-moe"}  # flags without a value
 # A child asked to stop is killed after this many seconds (a request in flight gets them).
