@@ -482,6 +482,15 @@ def test_split_output_is_the_single_board_s_and_a_lost_worker_is_no_hang(cluster
             workers[w] = start_worker(w)
 
 
+def single_board_text(tmp_path: Path, boards) -> str:
+    """The head alone, on the CPU: the greedy text every split must give."""
+    server, _ = head_server(tmp_path, boards, "alone", gpu=False)
+    try:
+        return greedy(server)
+    finally:
+        server.stop()
+
+
 def _cluster_measured(boards, alone: float, layers: float, tensor: float,
                       speed: float = 1.0) -> dict:  # fmt: skip
     """A cluster section as the self-test writes it, its rates chosen by the test (pp = tg):
@@ -505,11 +514,7 @@ def test_tensor_parallelism_where_it_was_measured_fastest(cluster, tmp_path):
     (llama.cpp's Meta device, `split-mode = tensor` in the preset) and answers with the single
     board's greedy text; a worker lost mid-request ends that request, never hangs it."""
     _, boards, workers, start_worker = cluster
-    server, _ = head_server(tmp_path, boards, "alone", gpu=False)
-    try:
-        single = greedy(server)
-    finally:
-        server.stop()
+    single = single_board_text(tmp_path, boards)
     measured = _cluster_measured(boards, alone=10.0, layers=8.0, tensor=20.0)
     server, info = head_server(tmp_path, boards, "tensor", gpu=True, sections=measured)
     try:
@@ -537,11 +542,7 @@ def test_layers_by_speed_where_that_was_measured_fastest(cluster, tmp_path):
     quarter gets layer 0, w2 layer 1 and the output (by free memory, ~equal, w1 gets both
     layers: llama.cpp's default would give w1 more, not less)."""
     _, boards, _, _ = cluster
-    server, _ = head_server(tmp_path, boards, "alone", gpu=False)
-    try:
-        single = greedy(server)
-    finally:
-        server.stop()
+    single = single_board_text(tmp_path, boards)
     measured = _cluster_measured(boards, alone=10.0, layers=8.0, tensor=5.0, speed=20.0)
     server, info = head_server(tmp_path, boards, "speed", gpu=True, sections=measured)
     try:
