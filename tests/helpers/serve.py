@@ -37,6 +37,7 @@ from tests.helpers.systemd import settings
 
 RECIPES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm"
 LLM_FILES = RECIPES / "rocky-llm/files"
+BOARD_FILES = RECIPES / "rocky-board/files"  # the library and config.json
 SELFTEST_FILES = RECIPES / "rocky-selftest/files"
 UNIT = LLM_FILES / "rocky-llm.service"
 OLLAMA_UNIT = LLM_FILES / "rocky-llm-ollama.service"
@@ -62,7 +63,7 @@ def install_layer_copy(tmp: Path) -> list[str]:
     prefix that stands for /usr/bin/rocky-llm (the board's python runs the wrapper the same way:
     only the library path differs)."""
     lib = tmp / "share/rocky-selftest"
-    shutil.copytree(SELFTEST_FILES / "rocky_selftest", lib / "rocky_selftest", dirs_exist_ok=True)
+    shutil.copytree(BOARD_FILES / "rocky_selftest", lib / "rocky_selftest", dirs_exist_ok=True)
     text = (LLM_FILES / "rocky-llm").read_text()
     assert f'"{LIB_DIR}"' in text
     wrapper = tmp / "rocky-llm"
@@ -118,7 +119,7 @@ def synthetic_result(results_dir: Path, gpu: bool, **sections) -> Path:
 
 def write_serve_config(tmp: Path, bin_dir: str, model: Path, port: int, **over) -> Path:
     """The board's rendered config.json with the host's paths: bin dir, model, results, port."""
-    data = json.loads((SELFTEST_FILES / "config.json").read_text())
+    data = json.loads((BOARD_FILES / "config.json").read_text())
     data.update(
         bin_dir=bin_dir,
         model_path=str(model),

@@ -23,7 +23,7 @@ LLM = "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm"
 TINY = f"{LLM}/rocky-model-tiny/rocky-model-tiny_1.0.bb"
 TINY_NOTICE = f"{LLM}/rocky-model-tiny/files/MODEL-LICENSE"
 IMAGE = "meta-rocky-vulkan/meta-rocky-vulkan/recipes-core/images/rocky-vulkan-image.bb"
-BOARD = f"{LLM}/rocky-selftest/files/config.json"
+BOARD = f"{LLM}/rocky-board/files/config.json"
 APACHE = model(name="small", filename="small.gguf", license="Apache-2.0", license_flags="")
 
 

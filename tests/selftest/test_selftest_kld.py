@@ -25,6 +25,7 @@ from tests.helpers.selftest import make_tiny_model
 
 pytestmark = pytest.mark.timeout(600)
 LAYER_FILES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
+BOARD_FILES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-board/files"
 
 
 def _settings(**kw) -> Settings:
@@ -51,9 +52,9 @@ def test_cpu_base_and_gpu_runs_use_the_right_switches(monkeypatch):
 
 def test_the_text_ships_in_the_layer_and_is_long_enough():
     text = Path(kld.TEXT_PATH).read_text(encoding="utf-8")
-    assert (LAYER_FILES / "rocky_selftest/kld_text.txt").read_text(encoding="utf-8") == text
+    assert (BOARD_FILES / "rocky_selftest/kld_text.txt").read_text(encoding="utf-8") == text
     recipe = next(
-        (ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest").glob("*.bb")
+        (ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-board").glob("*.bb")
     ).read_text()
     assert "file://rocky_selftest/kld_text.txt" in recipe and "rocky_selftest/*.txt" in recipe
     # llama-perplexity needs KLD_CTX x KLD_CHUNKS tokens. English prose runs at about 4-5
@@ -66,7 +67,7 @@ def test_the_text_ships_in_the_layer_and_is_long_enough():
 
 def test_rendered_board_config_carries_the_kld_thresholds():
     cfg = load_config(ROOT / "rocky-vulkan.yaml")
-    s = load_settings(str(LAYER_FILES / "config.json"))
+    s = load_settings(str(BOARD_FILES / "config.json"))
     assert s.kld_max_mean == cfg.selftest.kld_max_mean
     assert s.kld_min_same_top_p == cfg.selftest.kld_min_same_top_p
 

@@ -22,6 +22,7 @@ from tests.helpers.selftest import fake_root
 pytestmark = pytest.mark.timeout(120)
 
 LAYER_FILES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
+BOARD_FILES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-board/files"
 # The OE python3 packages the recipe RDEPENDS on hold exactly these modules (python3-manifest).
 ALLOWED_IMPORTS = {
     "__future__", "argparse", "collections", "contextlib", "dataclasses", "errno", "glob",
@@ -67,7 +68,7 @@ def _run_layer_copy(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     # Install the layer's files the way the recipe does, then run the entry script isolated.
     lib = tmp_path / "share/rocky-selftest"
     (lib / "rocky_selftest").mkdir(parents=True, exist_ok=True)
-    for src in (LAYER_FILES / "rocky_selftest").glob("*.py"):
+    for src in (BOARD_FILES / "rocky_selftest").glob("*.py"):
         (lib / "rocky_selftest" / src.name).write_bytes(src.read_bytes())
     script = (LAYER_FILES / "rocky-selftest").read_text()
     script = script.replace('"/usr/share/rocky-selftest"', repr(str(lib)))
@@ -83,7 +84,7 @@ def _run_layer_copy(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_layer_copy_runs_without_site_packages(tmp_path):
     root = fake_root(tmp_path, kmsg=["panthor fb000000.gpu: [drm] CSF FW using interface v1.1.0"])
-    board = json.loads((LAYER_FILES / "config.json").read_text())
+    board = json.loads((BOARD_FILES / "config.json").read_text())
     board.update(
         model_path=str(tmp_path / "missing.gguf"),
         results_dir=str(tmp_path / "results"),
@@ -107,7 +108,7 @@ def test_layer_copy_runs_without_site_packages(tmp_path):
 
 def test_rendered_board_config_matches_the_yaml_and_skips_nothing():
     cfg = load_config(ROOT / "rocky-vulkan.yaml")
-    s = load_settings(str(LAYER_FILES / "config.json"))
+    s = load_settings(str(BOARD_FILES / "config.json"))
     assert s.ubatch_sizes == cfg.selftest.ubatch_sizes
     assert s.tuned_vs_stock_ratio == cfg.selftest.tuned_vs_stock_ratio
     assert s.ratio_tolerance == cfg.selftest.ratio_tolerance
@@ -134,13 +135,41 @@ def test_unit_runs_once_after_boot_and_is_bounded():
     assert timeout >= cfg.selftest.deadline_s + serving.STOP_GRACE_S + 60
 
 
-def test_recipe_rdepends_on_what_the_serving_step_runs_and_imports():
-    recipe = next(
-        (ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest").glob("*.bb")
+def _recipe(name: str) -> str:
+    return next(
+        (ROOT / f"meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/{name}").glob("*.bb")
     ).read_text()
-    rdepends = recipe.split('RDEPENDS:${PN} = "')[1].split('"')[0].replace("\\", " ").split()
-    assert "python3-netclient" in rdepends  # http.client (oe-core python3-manifest.json)
-    assert "llama-cpp-server" in rdepends  # llama-server
+
+
+def _rdepends(recipe: str) -> set[str]:
+    """Every word of every RDEPENDS:<pkg> = "..." in a rendered recipe."""
+    found = re.findall(r'(?m)^RDEPENDS:[^=]+= "([^"]*)"', recipe)
+    return {w for value in found for w in value.replace("\\", " ").split()}
+
+
+def test_recipe_rdepends_on_what_the_serving_step_runs_and_imports():
+    assert "python3-netclient" in _rdepends(_recipe("rocky-board"))  # http.client
+    assert {"llama-cpp-server", "rocky-board"} <= _rdepends(_recipe("rocky-selftest"))
+
+
+def test_nothing_but_the_image_needs_a_recipe_skipped_for_the_model_licence():
+    """yocto-check-layer's test_world builds without the licence: a recipe skipped for it
+    (LICENSE_FLAGS, or SKIP_RECIPE on LICENSE_FLAGS_ACCEPTED) that another recipe RDEPENDS on
+    is "Nothing RPROVIDES" there (rocky-llm on rocky-selftest, found on main at 53b166b)."""
+    recipes = {
+        bb.name.split("_")[0]: bb.read_text()
+        for bb in (ROOT / "meta-rocky-vulkan/meta-rocky-vulkan").glob("recipes-*/*/*.bb")
+    }
+    skipped = {
+        name
+        for name, text in recipes.items()
+        if re.search(r"(?m)^LICENSE_FLAGS = ", text)
+        or re.search(r"(?m)^SKIP_RECIPE\[.*LICENSE_FLAGS_ACCEPTED", text)
+    }
+    assert {"rocky-model", "rocky-selftest"} <= skipped  # the check sees what it guards
+    for name, text in recipes.items():
+        if name not in skipped and name != "rocky-vulkan-image":
+            assert not _rdepends(text) & skipped, name
 
 
 def _render_with_sha(project: Path, sha: str) -> dict[str, str]:
@@ -164,18 +193,16 @@ def test_model_recipe_refuses_to_build_while_sha256_is_null(project):
     ]
     assert f'SRC_URI[sha256sum] = "{"ab" * 32}"' in recipe and "SKIP_RECIPE" not in recipe
     board = json.loads(
-        pinned["meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest/files/config.json"]
+        pinned["meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-board/files/config.json"]
     )
     assert board["model_sha256"] == "ab" * 32
 
 
 def test_recipe_ships_every_selftest_source_and_the_image_installs_both():
-    recipe = next(
-        (ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest").glob("*.bb")
-    ).read_text()
+    recipe = _recipe("rocky-board")
     for src in (ROOT / "tools/rocky_selftest").glob("*.py"):
         assert f"file://rocky_selftest/{src.name}" in recipe
-        assert (LAYER_FILES / "rocky_selftest" / src.name).read_bytes() == src.read_bytes()
+        assert (BOARD_FILES / "rocky_selftest" / src.name).read_bytes() == src.read_bytes()
     image = (
         ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-core/images/rocky-vulkan-image.bb"
     ).read_text()

@@ -22,6 +22,7 @@ from tests.helpers.systemd import ANALYZE, MAX_EXPOSURE, exposure, needs_analyze
 pytestmark = pytest.mark.timeout(180)
 
 LAYER_FILES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
+BOARD_FILES = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-board/files"
 UNIT = LAYER_FILES / "rocky-selftest.service"
 
 
@@ -110,7 +111,7 @@ def test_recipe_creates_the_system_user_and_leaves_the_state_dir_to_systemd():
 def _run_layer_copy(tmp_path: Path, *args: str, user: int | None = None):
     lib = tmp_path / "share/rocky-selftest"
     (lib / "rocky_selftest").mkdir(parents=True, exist_ok=True)
-    for src in (LAYER_FILES / "rocky_selftest").glob("*.py"):
+    for src in (BOARD_FILES / "rocky_selftest").glob("*.py"):
         (lib / "rocky_selftest" / src.name).write_bytes(src.read_bytes())
     script = (LAYER_FILES / "rocky-selftest").read_text()
     entry = tmp_path / "rocky-selftest"
@@ -151,7 +152,7 @@ def test_run_needs_no_root_and_the_root_step_publishes(open_tmp):
     motd = tmp_path / "motd"
     motd.write_text("Welcome\n")
     motd.chmod(0o644)
-    board = json.loads((LAYER_FILES / "config.json").read_text())
+    board = json.loads((BOARD_FILES / "config.json").read_text())
     board.update(
         model_path=str(tmp_path / "missing.gguf"),
         results_dir=str(results),

@@ -17,13 +17,16 @@ from tests.helpers.systemd import ANALYZE, MAX_EXPOSURE, exposure, needs_analyze
 
 RECIPE_DIR = ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest"
 FILES = RECIPE_DIR / "files"
+BOARD_CONFIG = (
+    ROOT / "meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-board/files/config.json"
+)
 TUNE_UNIT = FILES / "rocky-selftest-tune.service"
 SPEC = project.candidates()[4].spec
 
 
 def test_board_config_and_recipe_carry_the_tuner():
     cfg = load_config(ROOT / "rocky-vulkan.yaml")
-    board = json.loads((FILES / "config.json").read_text())
+    board = json.loads(BOARD_CONFIG.read_text())
     assert board["tune_budget_s"] == cfg.selftest.tune_budget_s
     assert board["tune_at_first_boot"] is cfg.selftest.tune_at_first_boot
     assert board["tune_candidates"] == paths.TILE_CANDIDATES

@@ -33,7 +33,9 @@ done
 export ROCKY_CACHE=${ROCKY_CACHE:-/var/cache/rocky-vulkan}
 root=${MESA_ROOT:-$ROCKY_CACHE/mesa/root-sid}
 build="$repo/tools/rocky_vulkan/sim/mesa-panvk-build.sh"
-pkg="$repo/meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm/rocky-selftest/files"
+llm="$repo/meta-rocky-vulkan/meta-rocky-vulkan/recipes-llm"
+pkg="$llm/rocky-selftest/files"
+lib="$llm/rocky-board/files"  # the Python library and config.json
 for need in "$root/work/llama-src-b9101" "$root$model" "$root/work/drivers/$driver/panfrost_icd.json"; do
 	[ -e "$need" ] || { echo "sim-tune.sh: no $need: run \`rocky-vulkan sim prove\` first" >&2; exit 1; }
 done
@@ -44,8 +46,8 @@ bash "$build" llama --src /work/llama-src-b9101 --name b9101-mali \
 
 echo "== the image's rocky_selftest and tile_candidates.json in $root/work/tune"
 rm -rf "$root/work/tune" && mkdir -p "$root/work/tune/results"
-cp -r "$pkg/rocky_selftest" "$pkg/tile_candidates.json" "$root/work/tune/"
-python3 - "$pkg/config.json" "$root/work/tune/config.json" "$root$model" "$model" "$budget" <<'EOF'
+cp -r "$lib/rocky_selftest" "$pkg/tile_candidates.json" "$root/work/tune/"
+python3 - "$lib/config.json" "$root/work/tune/config.json" "$root$model" "$model" "$budget" <<'EOF'
 import hashlib, json, sys
 src, dst, host_model, model, budget = sys.argv[1:]
 cfg = json.load(open(src))

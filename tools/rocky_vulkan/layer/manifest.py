@@ -71,6 +71,9 @@ MESA_FILES = f"{DISTRO_LAYER}/recipes-graphics/mesa/files"
 LLAMA_DIR = f"{SOFTWARE_LAYER}/recipes-llm/llama-cpp"
 LLAMA_FILES = f"{LLAMA_DIR}/files"
 IMAGE_DIR = f"{SOFTWARE_LAYER}/recipes-core/images"
+# The board's Python library and config (rocky-board), which the self-test and the server share.
+BOARD_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/rocky-board"
+BOARD_FILES = f"{BOARD_RECIPE_DIR}/files"
 SELFTEST_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/rocky-selftest"
 SELFTEST_FILES = f"{SELFTEST_RECIPE_DIR}/files"
 LLM_RECIPE_DIR = f"{SOFTWARE_LAYER}/recipes-llm/rocky-llm"
@@ -104,6 +107,7 @@ LICENCE = f"{LAYER_DIR}/COPYING.MIT"
 ALSO_AT = {
     LICENCE: (
         f"{LAYER_DIR}/{{layer}}/COPYING.MIT",
+        f"{BOARD_FILES}/COPYING.MIT",
         f"{SELFTEST_FILES}/COPYING.MIT",
         f"{LLM_FILES}/COPYING.MIT",
         f"{VKCHECK_FILES}/COPYING.MIT",
@@ -317,12 +321,21 @@ def _image_context(cfg: Config) -> dict:
     }
 
 
+def _board_context() -> dict:
+    """The board library's recipe: its sources, where they and the config go."""
+    return {
+        "selftest_sources": selftest_sources(),
+        "copying_md5": hashlib.md5((TEMPLATES / LICENCE).read_bytes()).hexdigest(),
+        "libdir": paths.LIBDIR,
+        "config_path": paths.CONFIG,
+    }
+
+
 def _selftest_context(cfg: Config) -> dict:
     """The self-test recipe's templates: the recipe, its units and scripts."""
     st = cfg.selftest
     return {
         "user": paths.USER,
-        "selftest_sources": selftest_sources(),
         "copying_md5": hashlib.md5((TEMPLATES / LICENCE).read_bytes()).hexdigest(),
         "stamp": paths.STAMP,
         "tune_stamp": paths.TUNE_STAMP,
@@ -418,6 +431,7 @@ def _recipe_contexts(cfg: Config, env: jinja2.Environment) -> dict[str, dict]:
         CTS_FRAGMENT: _cts_context(cfg),
         f"{LLAMA_DIR}/": {"llama_git_host_path": _git_host_path(cfg.llama_cpp.url)},
         f"{IMAGE_DIR}/": _image_context(cfg),
+        f"{BOARD_RECIPE_DIR}/": _board_context(),
         f"{SELFTEST_RECIPE_DIR}/": _selftest_context(cfg),
         f"{LLM_RECIPE_DIR}/": _llm_context(cfg),
         f"{VKCHECK_RECIPE_DIR}/": _vkcheck_context(),
@@ -434,7 +448,7 @@ def copied_files(cfg: Config) -> list[tuple[Path, str]]:
     copies = [(patch_dir / p, f"{MESA_FILES}/{p}") for p in cfg.mesa.patches]
     copies += [(patch_dir / p, f"{LLAMA_FILES}/{p}") for p in cfg.llama_cpp.patches]
     copies += [
-        (SELFTEST_SOURCES / name, f"{SELFTEST_FILES}/rocky_selftest/{name}")
+        (SELFTEST_SOURCES / name, f"{BOARD_FILES}/rocky_selftest/{name}")
         for name in selftest_sources()
     ]
     copies.append((CANDIDATES_PATH, f"{SELFTEST_FILES}/tile_candidates.json"))
@@ -493,7 +507,7 @@ def render_files(cfg: Config) -> dict[str, bytes]:
         what = "patch" if source.suffix == ".patch" else "layer source"
         put(path, read_regular(source, MAX_COPIED_BYTES, what), str(source))
     config_json = json.dumps(board.selftest_board_config(cfg), indent=2) + "\n"
-    put(f"{SELFTEST_FILES}/config.json", config_json.encode("utf-8"), "the board config")
+    put(f"{BOARD_FILES}/config.json", config_json.encode("utf-8"), "the board config")
     _check_paths(made_by)
     put(RECORD, record_text(out).encode("utf-8"), "the list of rendered files")
     return dict(sorted(out.items()))

@@ -33,6 +33,7 @@ class RecipeEntry:
 
 RECIPES = {
     "llama-cpp": RecipeEntry("recipes-llm/llama-cpp/llama-cpp_git.bb", "cmake"),
+    "rocky-board": RecipeEntry("recipes-llm/rocky-board/rocky-board_0.1.0.bb", "do_install"),
     "rocky-selftest": RecipeEntry(
         "recipes-llm/rocky-selftest/rocky-selftest_0.1.0.bb", "do_install"
     ),

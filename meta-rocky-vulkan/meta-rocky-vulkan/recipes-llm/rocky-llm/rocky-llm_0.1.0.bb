@@ -12,7 +12,9 @@ SECTION = "net"
 LICENSE = "MIT"
 LIC_FILES_CHKSUM = "file://COPYING.MIT;md5=838c366f69b72c5df05c96dff79b35f2"
 
-# The Python code is rocky-selftest's (rocky_selftest/serve_*.py); these are the wrapper and units.
+# The Python code and the board's config are rocky-board's (rocky_selftest/serve_*.py); these are
+# the wrapper and units. Not rocky-selftest's: that recipe is skipped until the model's licence is
+# accepted, and a server of pulled models needs neither (its units only order after the self-test).
 SRC_URI = "\
     file://COPYING.MIT \
     file://rocky-llm \
@@ -67,20 +69,12 @@ FILES:${PN}-cluster += "\
 "
 FILES:${PN} += "${systemd_system_unitdir}"
 
-# openssl-bin makes the board's certificate; python3-* are the OE packages holding the modules
-# serve_*.py and ollama_api.py import (oe-core's python3-manifest.json: secrets, base64, hmac
-# and urllib are in netclient, ssl in io, http.server's socketserver in netserver).
+# openssl-bin makes the board's certificate; the wrapper runs python3 (python3-core).
 RDEPENDS:${PN} = "\
     llama-cpp-server \
     openssl-bin \
     python3-core \
-    python3-crypt \
-    python3-datetime \
-    python3-io \
-    python3-json \
-    python3-netclient \
-    python3-netserver \
-    rocky-selftest \
+    rocky-board \
 "
 # The link: the kernel's WireGuard (the BSP's kernel fragment), wireguard-tools' wg, iproute2's
 # ip (netns: busybox's ip has none), openssl-bin for the key; a worker: rpc-server.

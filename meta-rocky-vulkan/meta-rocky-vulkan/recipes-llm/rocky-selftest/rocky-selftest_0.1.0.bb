@@ -11,7 +11,7 @@ SECTION = "tests"
 LICENSE = "MIT"
 LIC_FILES_CHKSUM = "file://COPYING.MIT;md5=838c366f69b72c5df05c96dff79b35f2"
 
-# The Python sources are copied from tools/rocky_selftest/ by `rocky-vulkan render`.
+# The Python code and the board's config are rocky-board's; these are the wrapper, units and tiles.
 SRC_URI = "\
     file://COPYING.MIT \
     file://rocky-selftest \
@@ -20,51 +20,6 @@ SRC_URI = "\
     file://rocky-tiles-env \
     file://rocky-tiles.sh \
     file://tile_candidates.json \
-    file://config.json \
-    file://rocky_selftest/__init__.py \
-    file://rocky_selftest/__main__.py \
-    file://rocky_selftest/bench.py \
-    file://rocky_selftest/checks.py \
-    file://rocky_selftest/cli.py \
-    file://rocky_selftest/cluster.py \
-    file://rocky_selftest/cluster_bench.py \
-    file://rocky_selftest/cluster_cli.py \
-    file://rocky_selftest/cluster_speed.py \
-    file://rocky_selftest/cluster_step.py \
-    file://rocky_selftest/cts.py \
-    file://rocky_selftest/driver.py \
-    file://rocky_selftest/files.py \
-    file://rocky_selftest/gguf.py \
-    file://rocky_selftest/kld.py \
-    file://rocky_selftest/kld_text.txt \
-    file://rocky_selftest/lock.py \
-    file://rocky_selftest/match.py \
-    file://rocky_selftest/model_fetch.py \
-    file://rocky_selftest/model_placement.py \
-    file://rocky_selftest/model_store.py \
-    file://rocky_selftest/ollama_api.py \
-    file://rocky_selftest/outcome.py \
-    file://rocky_selftest/paths.py \
-    file://rocky_selftest/placement.py \
-    file://rocky_selftest/placement_bench.py \
-    file://rocky_selftest/publish.py \
-    file://rocky_selftest/results.py \
-    file://rocky_selftest/router.py \
-    file://rocky_selftest/runner.py \
-    file://rocky_selftest/sequence.py \
-    file://rocky_selftest/serve_cli.py \
-    file://rocky_selftest/serve_client.py \
-    file://rocky_selftest/serve_keys.py \
-    file://rocky_selftest/serve_settings.py \
-    file://rocky_selftest/serving.py \
-    file://rocky_selftest/settings.py \
-    file://rocky_selftest/speculation.py \
-    file://rocky_selftest/speculation_bench.py \
-    file://rocky_selftest/stack.py \
-    file://rocky_selftest/terminal.py \
-    file://rocky_selftest/tune.py \
-    file://rocky_selftest/tune_files.py \
-    file://rocky_selftest/tune_spec.py \
 "
 
 S = "${UNPACKDIR}"
@@ -84,39 +39,31 @@ do_configure[noexec] = "1"
 do_compile[noexec] = "1"
 
 do_install() {
-    install -d ${D}${datadir}/rocky-selftest/rocky_selftest
-    install -m 0644 ${S}/rocky_selftest/*.py ${S}/rocky_selftest/*.txt \
-        ${D}${datadir}/rocky-selftest/rocky_selftest/
     install -D -m 0755 ${S}/rocky-selftest ${D}${bindir}/rocky-selftest
-    install -D -m 0644 ${S}/config.json ${D}${sysconfdir}/rocky-selftest/config.json
     install -D -m 0644 ${S}/rocky-selftest.service \
         ${D}${systemd_system_unitdir}/rocky-selftest.service
     install -D -m 0644 ${S}/rocky-selftest-tune.service \
         ${D}${systemd_system_unitdir}/rocky-selftest-tune.service
     # The tuner's candidates, and how llama.cpp's users pick up its choice.
-    install -m 0644 ${S}/tile_candidates.json ${D}${datadir}/rocky-selftest/
+    install -D -m 0644 ${S}/tile_candidates.json ${D}${datadir}/rocky-selftest/tile_candidates.json
     install -D -m 0755 ${S}/rocky-tiles-env ${D}${bindir}/rocky-tiles-env
     install -D -m 0644 ${S}/rocky-tiles.sh ${D}${sysconfdir}/profile.d/rocky-tiles.sh
 }
 
 # No /var/lib/rocky-selftest in the package: the unit's StateDirectory= creates it, owned by
 # rocky-selftest.
-CONFFILES:${PN} = "${sysconfdir}/rocky-selftest/config.json"
-
 # It needs the model, which LICENSE_FLAGS skips until its licence is accepted: skip with it, or
 # `bitbake world` (yocto-check-layer's test_world) fails on "Nothing RPROVIDES 'rocky-model'".
+# Nothing else may RDEPEND on this recipe for the same reason: shared code lives in rocky-board.
 SKIP_RECIPE[rocky-selftest] = "${@'' if bb.utils.contains_any('LICENSE_FLAGS_ACCEPTED', 'qwen-research qwen-research_rocky-model', True, False, d) else 'it needs rocky-model, whose licence is not accepted: read its terms, then add qwen-research to LICENSE_FLAGS_ACCEPTED'}"
 
-# Standard library only: python3-core/crypt/io/json/netclient (http.client for the serving step)
-# are the OE packages its imports live in. The serving step starts llama-server (llama-cpp-server).
+# Its code is rocky-board's; the wrapper runs python3 (python3-core). The serving step starts
+# llama-server (llama-cpp-server).
 RDEPENDS:${PN} = "\
     llama-cpp \
     llama-cpp-server \
     python3-core \
-    python3-crypt \
-    python3-io \
-    python3-json \
-    python3-netclient \
+    rocky-board \
     rocky-model \
     vulkan-tools \
 "
