@@ -73,6 +73,9 @@ def best_ubatch(doc: Any) -> tuple[int, str]:
 
 
 def mem_total_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """The board's RAM: MemTotal from meminfo, else the kernel's sysinfo(2) (glibc's
+    sysconf(_SC_PHYS_PAGES)). The server's units mount /proc with ProcSubset=pid, where
+    /proc/meminfo does not exist; sysinfo(2) needs no /proc."""
     try:
         with open(meminfo, encoding="ascii") as fh:
             for line in fh.read(16384).splitlines():
@@ -80,9 +83,19 @@ def mem_total_bytes(meminfo: str = "/proc/meminfo") -> int | None:
                     parts = line.split()
                     if len(parts) == 3 and parts[1].isdigit() and parts[2] == "kB":
                         return int(parts[1]) * 1024
+    except FileNotFoundError:
+        return _sysinfo_ram_bytes()
     except (OSError, UnicodeDecodeError):
         return None
     return None
+
+
+def _sysinfo_ram_bytes() -> int | None:
+    try:
+        pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+    return pages * page if pages > 0 and page > 0 else None
 
 
 def memory_plan(s: Settings, mem_total: int | None) -> tuple[int, int, str]:
