@@ -218,6 +218,8 @@ export LD_LIBRARY_PATH=$DEST/root/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 echo "$BIN" >"$CACHE/llama-bin-dir"
 echo "$DEST" >"$CACHE/llama-install-dir"
 step "ROCKY_LLAMA_BIN_DIR=$BIN (written to $CACHE/llama-bin-dir)"
+# ROCKY_LLAMA_BUILD_ONLY=1: stop here, with the tree built and recorded (e.g. for `vm build`).
+if [ "${ROCKY_LLAMA_BUILD_ONLY:-0}" = 1 ]; then step "build only: done"; exit 0; fi
 
 step "packaging rehearsal: OE's QA on the install trees (llama-cpp, rocky-selftest, rocky-llm, rocky-vkcheck)"
 "$PYTEST_PY" -m pytest -q -rs -p no:cacheprovider "$REPO/tests/packaging/test_oe_qa.py"

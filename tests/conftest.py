@@ -72,6 +72,10 @@ ENV_NEEDS = {
         ("ROCKY_MESA_GIT", "ROCKY_GGML_GIT", "ROCKY_SIM_PROVE_CACHE"),
         "Mesa and ggml git dirs and a cache for sim prove",
     ),
+    "needs_vm_boot": EnvNeed(
+        ("ROCKY_VM_BOOT",),
+        "1, to build and boot the image's userspace in a VM (minutes, root, network; .ci/run)",
+    ),
     "needs_mesa_src": EnvNeed(("ROCKY_MESA_SRC",), "a Mesa source tree"),
     "needs_vkcheck_bin": EnvNeed(
         ("ROCKY_VKCHECK_BIN",), "rocky-vkcheck built by .ci/llama.sh (tools/rocky_vkcheck)"

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "rocky_vulkan.host.cluster_pair",
     "rocky_vulkan.llama.sources",
     "rocky_vulkan.sim",
+    "rocky_vulkan.vm",
     "rocky_vulkan.tiles.cli",
     "rocky_vulkan.packaging.cli",
 )

@@ -1,0 +1,276 @@
+"""First boot of the image's userspace with systemd as PID 1 (rocky_vulkan.vm), checked from
+the host as a person meets it: SSH, the self-test's verdict, the keys, the server on the CPU.
+
+One VM disk is built (`rocky-vulkan vm build`, with a key made here) and booted once for the
+module; each test reads what that boot did. With ROCKY_LLAMA_INSTALL_DIR (CI's llama.cpp
+install tree, .ci/llama.sh) the guest has llama.cpp and the serving tests run; without it they
+are skipped and the boot, users, keys and sandbox tests still run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.project import ROOT
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.needs_vm_boot,
+    pytest.mark.needs_root,
+    pytest.mark.needs_tool("qemu-system-x86_64", "Debian: qemu-system-x86"),
+    pytest.mark.needs_tool("debootstrap", "Debian: debootstrap"),
+    pytest.mark.needs_tool("mkfs.ext4", "Debian: e2fsprogs"),
+]
+
+BOOT_TIMEOUT_S = 600
+# The self-test runs llama.cpp on the CPU under TCG when it has it: minutes.
+SELFTEST_TIMEOUT_S = 1500
+LLAMA = os.environ.get("ROCKY_LLAMA_INSTALL_DIR")
+needs_llama = pytest.mark.skipif(
+    not LLAMA, reason="set ROCKY_LLAMA_INSTALL_DIR: llama.cpp's install tree (.ci/llama.sh)"
+)
+
+
+class Guest:
+    def __init__(self, vm, key: Path) -> None:
+        self.vm = vm
+        self.key = key
+
+    def ssh_argv(self, *extra: str) -> list[str]:
+        return [
+            "ssh", "-i", str(self.key), "-p", str(self.vm.ports["ssh"]),
+            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=20",
+            *extra,
+        ]  # fmt: skip
+
+    def run(self, command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.ssh_argv(), "rocky@127.0.0.1", command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def out(self, command: str, timeout: float = 120) -> str:
+        proc = self.run(command, timeout)
+        assert proc.returncode == 0, f"{command}: {proc.returncode} {proc.stderr}"
+        return proc.stdout
+
+    def wait(self, command: str, timeout: float, what: str) -> str:
+        """Until `command` succeeds in the guest; its output."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            proc = self.run(command)
+            if proc.returncode == 0:
+                return proc.stdout
+            time.sleep(5)
+        raise AssertionError(f"{what} not within {timeout} s\n{self.vm.tail()}")
+
+
+@pytest.fixture(scope="module")
+def guest(tmp_path_factory):
+    from rocky_vulkan.vm import qemu
+
+    work = tmp_path_factory.mktemp("vm")
+    key = work / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    build = [
+        sys.executable, "-m", "rocky_vulkan.cli", "-c", str(ROOT / "rocky-vulkan.yaml"),
+        "vm", "build",
+        "--out", str(work / "disk"), "--ssh-key", f"{key}.pub",
+    ]  # fmt: skip
+    if LLAMA:
+        build += ["--llama-tree", str(Path(LLAMA) / "root")]
+    subprocess.run(build, check=True, timeout=1800)
+    vm = qemu.boot(work / "disk")
+    try:
+        vm.wait_port("ssh", BOOT_TIMEOUT_S)
+        yield Guest(vm, key)
+    finally:
+        vm.stop()
+        print(vm.tail(60))
+
+
+def test_systemd_is_pid_1_and_boots_to_multi_user(guest):
+    assert guest.out("cat /proc/1/comm").strip() == "systemd"
+    state = guest.run("systemctl is-system-running --wait", timeout=BOOT_TIMEOUT_S)
+    assert state.stdout.strip() in ("running", "degraded"), state
+    assert "active" in guest.out("systemctl is-active multi-user.target")
+
+
+def test_no_ordering_cycle_drops_a_start_job(guest):
+    """A unit WantedBy=multi-user.target that is ordered after a unit ordered after the target
+    makes a cycle; systemd then deletes a start job (rocky-llm-ollama's, found here first)."""
+    journal = guest.out("sudo journalctl -b -o cat --no-pager")
+    cycles = [line for line in journal.splitlines() if "ordering cycle" in line]
+    assert not cycles, "\n".join(cycles)
+
+
+def test_ssh_takes_the_configs_key_and_refuses_a_password(guest):
+    assert guest.out("id -un").strip() == "rocky"
+    proc = subprocess.run(
+        [*guest.ssh_argv("-o", "PubkeyAuthentication=no", "-o",
+                         "PreferredAuthentications=password,keyboard-interactive"),
+         "rocky@127.0.0.1", "true"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 255
+    assert "Permission denied (publickey)" in proc.stderr  # no password method offered at all
+    root = subprocess.run(
+        [*guest.ssh_argv(), "root@127.0.0.1", "true"], capture_output=True, text=True, timeout=60
+    )
+    assert root.returncode == 255 and "Permission denied" in root.stderr
+
+
+def test_groups_the_units_name_exist(guest):
+    """SupplementaryGroups=render video (four units) and `keys --group rocky`."""
+    units = guest.out("grep -h '^SupplementaryGroups=\\|--group' /usr/lib/systemd/system/rocky-*")
+    assert "render" in units and "--group rocky" in units
+    for group in ("render", "video", "rocky"):
+        assert guest.run(f"getent group {group}").returncode == 0, group
+
+
+def test_keys_unit_makes_the_key_and_certificate(guest):
+    guest.wait("systemctl is-active rocky-llm-keys.service", 300, "rocky-llm-keys")
+    listing = guest.out("stat -c '%n %U %G %a' /var/lib/rocky-llm-keys/*")
+    lines = dict(line.split(" ", 1) for line in listing.splitlines())
+    assert lines["/var/lib/rocky-llm-keys/api-key"] == "root rocky 640"
+    assert lines["/var/lib/rocky-llm-keys/tls.key"] == "root root 600"
+    cert = guest.out("cat /var/lib/rocky-llm-keys/tls.crt")
+    assert cert.startswith("-----BEGIN CERTIFICATE-----")
+
+
+def _result(guest) -> dict:
+    guest.wait(
+        "test -f /var/lib/rocky-selftest/first-boot.stamp", SELFTEST_TIMEOUT_S, "the self-test"
+    )
+    return json.loads(guest.out("cat /var/lib/rocky-selftest/result.json"))
+
+
+def test_selftest_says_fail_and_names_the_missing_panthor_gpu(guest):
+    result = _result(guest)
+    assert result["verdict"] == "FAIL"
+    failed = [c for c in result["checks"] if c["status"] == "FAIL"]
+    assert failed, result
+    said = json.dumps(failed)
+    assert "panthor" in said, said
+
+
+def test_server_starts_after_the_selftest_not_beside_it(guest):
+    """rocky-llm.service's After= the self-test: it is started only once the self-test ended."""
+    _result(guest)
+    guest.wait("systemctl show -p ExecMainStartTimestampMonotonic rocky-llm.service | "
+               "grep -qv '=0$'", 300, "rocky-llm to start")  # fmt: skip
+
+    def mono(unit: str, prop: str) -> int:
+        return int(guest.out(f"systemctl show -P {prop} {unit}").strip())
+
+    selftest_end = mono("rocky-selftest.service", "ExecMainExitTimestampMonotonic")
+    server_start = mono("rocky-llm.service", "ExecMainStartTimestampMonotonic")
+    assert 0 < selftest_end <= server_start
+
+
+@needs_llama
+def test_server_serves_on_the_cpu_with_its_reason_and_the_ram(guest):
+    _result(guest)
+    text = guest.wait("cat /var/lib/rocky-llm/settings.json", 600, "rocky-llm's settings.json")
+    settings = json.loads(text)
+    flat = json.dumps(settings)
+    assert "RAM size unknown" not in flat, flat  # ProcSubset=pid hid /proc/meminfo (issue 40)
+    assert "GiB" in flat
+    assert "cpu" in flat.lower()
+
+
+def _served(guest) -> tuple[str, ssl.SSLContext, Path]:
+    """The API key and a context pinned to the guest's own certificate, once both ports
+    answer (the first model load happens on the first request)."""
+    key = guest.out("cat /var/lib/rocky-llm-keys/api-key").strip()
+    cert = guest.key.with_name("guest-tls.crt")
+    cert.write_text(guest.out("cat /var/lib/rocky-llm-keys/tls.crt"))
+    ctx = ssl.create_default_context(cafile=str(cert))
+    guest.vm.wait_port("openai", 600)
+    guest.vm.wait_port("ollama", 600)
+    return key, ctx, cert
+
+
+PROMPT = [{"role": "user", "content": "Say hello."}]
+
+
+@needs_llama
+def test_openai_and_ollama_clients_answer_over_tls_pinned_to_the_guest(guest):
+    import ollama
+    import openai
+
+    _result(guest)
+    key, ctx, _ = _served(guest)
+    with openai.OpenAI(
+        base_url=f"https://127.0.0.1:{guest.vm.ports['openai']}/v1",
+        api_key=key,
+        http_client=openai.DefaultHttpxClient(verify=ctx),
+        max_retries=2,
+        timeout=600,
+    ) as client:
+        out = client.chat.completions.create(
+            model="reference", messages=PROMPT, max_tokens=4, temperature=0, seed=7
+        )
+    assert out.choices[0].message.role == "assistant" and out.usage.completion_tokens > 0
+    ol = ollama.Client(
+        host=f"https://127.0.0.1:{guest.vm.ports['ollama']}",
+        headers={"Authorization": f"Bearer {key}"},
+        verify=ctx,
+        timeout=600,
+    )
+    chat = ol.chat("reference", messages=PROMPT, options={"temperature": 0, "num_predict": 4})
+    assert chat.done and chat.eval_count > 0
+    # Pinned means pinned: the system's CAs do not know the guest's certificate.
+    with pytest.raises(openai.APIConnectionError):
+        with openai.OpenAI(
+            base_url=f"https://127.0.0.1:{guest.vm.ports['openai']}/v1",
+            api_key=key,
+            max_retries=0,
+            timeout=60,
+        ) as unpinned:
+            unpinned.models.list()
+
+
+@needs_llama
+def test_board_command_reports_the_result_and_the_served_fingerprint(guest, tmp_path):
+    _result(guest)
+    _, _, cert = _served(guest)
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host 127.0.0.1\n  IdentityFile {guest.key}\n  IdentitiesOnly yes\n"
+        "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "rocky_vulkan.cli", "-c", str(ROOT / "rocky-vulkan.yaml"),
+         "board", "rocky@127.0.0.1", "--ssh-port", str(guest.vm.ports["ssh"]),
+         "--ssh-config", str(config), "--api-port", str(guest.vm.ports["openai"])],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    said = proc.stdout + proc.stderr
+    assert "FAIL" in said, said  # the guest's honest verdict, reported
+    der = ssl.PEM_cert_to_DER_cert(cert.read_text())
+    fingerprint = ":".join(f"{b:02X}" for b in hashlib.sha256(der).digest())
+    assert fingerprint in said, said
+
+
+@needs_llama
+def test_every_unit_runs_and_nothing_failed(guest):
+    _result(guest)
+    _served(guest)
+    for unit in ("rocky-llm.service", "rocky-llm-ollama.service", "rocky-llm-retune.path"):
+        assert guest.out(f"systemctl is-active {unit}").strip() == "active", unit
+    failed = guest.out("systemctl --failed --no-legend --plain")
+    assert failed.strip() == "", failed
+    assert guest.out("systemctl is-system-running").strip() == "running"
