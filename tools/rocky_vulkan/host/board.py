@@ -370,8 +370,10 @@ def _say(console, text: str, style: str | None = None) -> None:
 
 
 def describe_server(console, target: Target, listen: str, port: int, opts: SshOptions,
-                    info: BoardInfo | None, tls_timeout: float) -> list[str]:  # fmt: skip
-    """Print how to reach the API; returns the problems found (each with its fix)."""
+                    info: BoardInfo | None, tls_timeout: float,
+                    api_port: int | None = None) -> list[str]:  # fmt: skip
+    """Print how to reach the API; returns the problems found (each with its fix). api_port:
+    the port this computer reaches the API on when it is forwarded (else the board's)."""
     problems: list[str] = []
     ssh_port = f" -p {opts.port}" if opts.port else ""
     dest = target.ssh_dest
@@ -385,6 +387,9 @@ def describe_server(console, target: Target, listen: str, port: int, opts: SshOp
         if info.port and info.port != port:
             _say(console, f"note: the board serves on port {info.port} (the config says {port})")
             port = info.port
+    if api_port and api_port != port:
+        _say(console, f"note: reaching the board's port {port} through port {api_port} here")
+        port = api_port
     console.rule("the board's API (OpenAI-compatible)")
     if listen == "off":
         _say(console, "The server is off (serve.listen: off): no API on this board.")
@@ -434,6 +439,7 @@ def board(
     timeout: float = COMMAND_TIMEOUT_S,
     tls_timeout: float = TLS_TIMEOUT_S,
     console=None,
+    api_port: int | None = None,
 ) -> int:
     from rich.console import Console
 
@@ -470,7 +476,7 @@ def board(
         for line in info.lines:
             _say(console, line)
     problems += describe_server(
-        console, target, cfg.serve.listen, cfg.serve.port, opts, info, tls_timeout
+        console, target, cfg.serve.listen, cfg.serve.port, opts, info, tls_timeout, api_port
     )
     for problem in problems:
         print(f"rocky-vulkan: error: {problem}", file=sys.stderr)
@@ -483,7 +489,7 @@ def _run(args: argparse.Namespace) -> int:
     plot_out = Path(args.plot) if args.plot else None
     if plot_out is not None:
         check_plot_out(plot_out)  # before ssh: a refused name wastes no round trip
-    return board(args.host, cfg, opts, plot_out, timeout=args.timeout)
+    return board(args.host, cfg, opts, plot_out, timeout=args.timeout, api_port=args.api_port)
 
 
 def _port(text: str) -> int:
@@ -509,6 +515,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", help="also write the report's PNGs (this name, -serving, -tune)")
     parser.add_argument("--ssh-port", type=_port, help="the board's SSH port (default: ssh's)")
     parser.add_argument("--ssh-config", help="an ssh config file to use (ssh -F)")
+    parser.add_argument(
+        "--api-port",
+        type=_port,
+        help="the port this computer reaches the API on, where it is forwarded (a VM, a NAT); "
+        "default: the one the board serves on",
+    )
     parser.add_argument(
         "--timeout",
         type=_seconds,
