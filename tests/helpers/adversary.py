@@ -10,6 +10,8 @@ the real code and says what happened:
 - WRONG: it finished quietly with a wrong result (a PASS not earned, bytes pinned that are not
   the file, markup or control characters that reached the terminal, a file written where it
   must not be).
+- NOT_RUN: this host cannot stage the case (no read-only folder, no tmpfs): neither good nor a
+  finding; its test is skipped with the reason, never passed.
 Only REFUSED and HELD are good; the tests parametrize over the same cases.
 
 `python -m tests.helpers.adversary [AREA ...]` (repo root, in the venv) prints the counts per
@@ -41,6 +43,7 @@ class Outcome(enum.Enum):
     TRACEBACK = "traceback"
     HANG = "hang"
     WRONG = "silently wrong"
+    NOT_RUN = "not run"
 
     @property
     def good(self) -> bool:
@@ -95,7 +98,7 @@ class Tally:
 
     def add(self, case: Case, outcome: Outcome, detail: str) -> None:
         self.counts[(case.area, case.klass, outcome)] += 1
-        if not outcome.good:
+        if not outcome.good and outcome is not Outcome.NOT_RUN:
             self.findings.append(f"{case.id}: {outcome.value}: {detail}")
 
 
@@ -112,7 +115,17 @@ def run_areas(areas: list[str]) -> Tally:
 
 
 def table(tally: Tally) -> list[str]:
-    head = ["area", "class", "tried", "refused", "held", "tracebacks", "hangs", "silently wrong"]
+    head = [
+        "area",
+        "class",
+        "tried",
+        "refused",
+        "held",
+        "tracebacks",
+        "hangs",
+        "silently wrong",
+        "not run",
+    ]
     rows = [head]
     keys = sorted({(a, k) for a, k, _ in tally.counts})
     for area, klass in keys:
@@ -126,6 +139,10 @@ def table(tally: Tally) -> list[str]:
 def assert_good(case: Case) -> None:
     """For the area tests: the case is refused or held, else the finding is the message."""
     outcome, detail = run_case(case)
+    if outcome is Outcome.NOT_RUN:
+        import pytest
+
+        pytest.skip(f"{case.id}: {detail}")
     assert outcome.good, f"{case.id}: {outcome.value}: {detail}"
 
 

@@ -743,7 +743,7 @@ def concurrency_cases() -> Iterator[Case]:
 def _read_only_results(first_boot: bool) -> tuple[Outcome, str]:
     with Scene() as sc, read_only(sc.results) as how:
         if not how:
-            return Outcome.HELD, "skipped: cannot make a directory read-only here"
+            return Outcome.NOT_RUN, "cannot make a directory read-only here"
         r = sc.run() if first_boot else sc.by_hand()
         if r.traceback:
             return Outcome.TRACEBACK, r.text[-300:]
@@ -801,7 +801,7 @@ def _motd_case(kind: str) -> Callable[[], tuple[Outcome, str]]:
                 sc.motd = sc.tmp / "no" / "such" / "motd"
             with contextlib.ExitStack() as stack:
                 if kind == "read-only" and not stack.enter_context(read_only(sc.motd.parent)):
-                    return Outcome.HELD, "skipped: cannot make a directory read-only here"
+                    return Outcome.NOT_RUN, "cannot make a directory read-only here"
                 r = sc.by_hand()
                 pub = sc.publish(note=False)
             if r.traceback or pub.traceback:
@@ -833,7 +833,7 @@ def _stamp_unwritable() -> tuple[Outcome, str]:
         sc.stamp.parent.mkdir()
         with read_only(sc.stamp.parent) as how:
             if not how:
-                return Outcome.HELD, "skipped: cannot make a directory read-only here"
+                return Outcome.NOT_RUN, "cannot make a directory read-only here"
             r = sc.run()
         if r.traceback:
             return Outcome.TRACEBACK, r.text[-300:]
@@ -867,7 +867,7 @@ def _full_disk() -> tuple[Outcome, str]:
         mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
                                capture_output=True)  # fmt: skip
         if mount.returncode:
-            return Outcome.HELD, "skipped: cannot mount a tmpfs here"
+            return Outcome.NOT_RUN, "cannot mount a tmpfs here"
         try:
             sc.results = mnt / "results"
             sc.results.mkdir()
