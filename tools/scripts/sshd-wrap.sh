@@ -6,6 +6,8 @@
 #   for f in *.deb; do dpkg -x "$f" root; done
 #   ROCKY_SSHD="tools/scripts/sshd-wrap.sh" SSHD_ROOT=/var/tmp/sshd/root pytest ...
 #
+# With openssh-server installed (CI's .ci/run), SSHD_ROOT=/ runs the host's own sshd.
+#
 # sshd run as root wants its privilege-separation user and /run/sshd: both are made in a private
 # mount namespace (a passwd copy with an `sshd` user bound over /etc/passwd, a tmpfs on /run),
 # so nothing on the host changes. Arguments go to sshd.
