@@ -7,6 +7,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
+from rocky_vulkan import __version__
 from rocky_vulkan.errors import UserError
 
 # Each module named here has `register(subparsers)`, which adds its parser and sets `func`.
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_config_option(parser)
+    parser.add_argument("--version", action="version", version=f"rocky-vulkan {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

@@ -257,6 +257,12 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "lint", help="render check, oelint-adv, kas schema and patch hygiene (exit 0/1/3)"
+        "lint",
+        help="render check, oelint-adv, kas schema and patch hygiene (exit 0/1/3)",
+        description="Check the generated tree without building: it matches a fresh render, "
+        "the recipes are clean for oelint-adv (--release of the config), the kas files "
+        "validate against kas's own schema, and every patch carries Upstream-Status and "
+        "Signed-off-by. Exit 0: "
+        "all pass; 1: a finding; 3: a checker could not run.",
     )
     parser.set_defaults(func=_run)

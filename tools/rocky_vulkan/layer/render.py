@@ -47,7 +47,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("render", help="render meta-rocky-vulkan/ and kas/ from the config")
+    parser = sub.add_parser(
+        "render",
+        help="render meta-rocky-vulkan/ and kas/ from the config",
+        description="Render the Yocto layers in meta-rocky-vulkan/ and the kas files in kas/ from "
+        "rocky-vulkan.yaml. Both are committed: run this after changing the config and commit "
+        "the result. Only files an earlier render wrote are replaced (rendered-files.txt).",
+    )
     parser.add_argument(
         "--check",
         action="store_true",
