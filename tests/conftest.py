@@ -76,6 +76,10 @@ ENV_NEEDS = {
         ("ROCKY_VM_BOOT",),
         "1, to build and boot the image's userspace in a VM (minutes, root, network; .ci/run)",
     ),
+    "needs_vm_powerloss": EnvNeed(
+        ("ROCKY_VM_POWERLOSS",),
+        "1, to cut the VM's power mid-self-test and mid-pull (about 10 min; a recorded run)",
+    ),
     "needs_mesa_src": EnvNeed(("ROCKY_MESA_SRC",), "a Mesa source tree"),
     "needs_vkcheck_bin": EnvNeed(
         ("ROCKY_VKCHECK_BIN",), "rocky-vkcheck built by .ci/llama.sh (tools/rocky_vkcheck)"

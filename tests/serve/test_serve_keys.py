@@ -92,3 +92,19 @@ def test_the_login_group_may_read_the_key_and_nobody_else(tmp_path):
     assert (key.stat().st_gid, stat.S_IMODE(key.stat().st_mode)) == (4242, 0o640)
     tls_key = tmp_path / "k" / paths.TLS_KEY_NAME
     assert stat.S_IMODE(tls_key.stat().st_mode) == 0o600
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another group needs root")
+def test_a_key_whose_group_was_taken_gets_it_back(tmp_path):
+    """systemd's StateDirectory= chowns a directory it finds owned otherwise to the unit's
+    user and group: before the unit named Group=, every reboot left the key root:root 0640."""
+    keys = tmp_path / "keys"
+    make_missing(str(keys), "rock-5-itx", 44, tls=False)
+    key = keys / paths.API_KEY_NAME
+    os.chown(key, 0, 0)
+    assert make_missing(str(keys), "rock-5-itx", 44, tls=False) == []
+    assert (key.stat().st_uid, key.stat().st_gid, stat.S_IMODE(key.stat().st_mode)) == (
+        0,
+        44,
+        0o640,
+    )

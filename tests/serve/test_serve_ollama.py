@@ -148,6 +148,16 @@ def test_ps_names_the_loaded_model(client):
     assert [m.model for m in client.ps().models] == ["reference:latest"]
 
 
+def test_keep_alive_0_unloads_and_an_empty_request_loads_again(client):
+    """Open WebUI's unload button: an empty generate with keep_alive 0."""
+    gone = client.generate("reference", prompt="", keep_alive=0)
+    assert gone.done and gone.done_reason == "unload"
+    assert client.ps().models == []
+    back = client.chat("reference", messages=[])
+    assert back.done and back.done_reason == "load"
+    assert [m.model for m in client.ps().models] == ["reference:latest"]
+
+
 def test_a_model_that_is_not_there_is_404_and_the_api_keeps_serving(client):
     for call in (
         lambda: client.chat("no-such-model", messages=PROMPT),
@@ -167,6 +177,10 @@ def test_unknown_fields_are_ignored_and_logged_wrong_types_are_400(served):
     res = raw(served, "POST", "/api/chat", body)
     assert res.status_code == 200 and res.json()["done"], res.text
     assert "/api/chat: ignored fields: bogus_field" in proxy.tail()
+    # LangChain's community classes send every option, the unset ones as null: Ollama skips them.
+    nulls = {"temperature": None, "top_p": None, "stop": None, "mirostat": None, "seed": 7}
+    res = raw(served, "POST", "/api/chat", {**body, "options": {**nulls, "num_predict": 4}})
+    assert res.status_code == 200 and res.json()["done"], res.text
     for bad, why in (
         ({"model": 5, "messages": PROMPT}, "model must be a string"),
         ({"model": "reference", "messages": "hi"}, "messages must be a list"),
@@ -240,3 +254,32 @@ def test_a_hostile_file_behind_a_right_sha256_is_refused(client, served, tmp_pat
     store = served[2]["config"].parent / "models"
     leftovers = [p.name for p in store.rglob("*") if p.is_file() and p.suffix != ".lock"]
     assert leftovers == [], leftovers
+
+
+def test_the_openai_api_answers_on_the_ollama_port_too(served):
+    """Ollama serves /v1 on 11434; clients pointed there (LangChain's ChatOpenAI, Continue)."""
+    server, proxy, _, _ = served
+    with openai.OpenAI(
+        base_url=f"https://127.0.0.1:{proxy.port}/v1",
+        api_key=server.api_key,
+        http_client=openai.DefaultHttpxClient(verify=server.ctx),
+        max_retries=0,
+    ) as c:
+        assert "reference" in [m.id for m in c.models.list()]
+        once = c.chat.completions.create(
+            model="reference:latest", messages=PROMPT, max_tokens=4, temperature=0, seed=7
+        )
+        assert once.choices[0].message.role == "assistant" and once.usage.completion_tokens > 0
+        pieces = c.chat.completions.create(
+            model="reference", messages=PROMPT, max_tokens=4, temperature=0, seed=7, stream=True
+        )
+        streamed = "".join(p.choices[0].delta.content or "" for p in pieces if p.choices)
+        assert streamed == once.choices[0].message.content
+    with openai.OpenAI(
+        base_url=f"https://127.0.0.1:{proxy.port}/v1",
+        api_key="wrong",
+        http_client=openai.DefaultHttpxClient(verify=server.ctx),
+        max_retries=0,
+    ) as stranger:
+        with pytest.raises(openai.AuthenticationError):
+            stranger.models.list()

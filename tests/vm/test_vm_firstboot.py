@@ -16,89 +16,34 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.project import ROOT
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.needs_vm_boot,
-    pytest.mark.needs_root,
-    pytest.mark.needs_tool("qemu-system-x86_64", "Debian: qemu-system-x86"),
-    pytest.mark.needs_tool("debootstrap", "Debian: debootstrap"),
-    pytest.mark.needs_tool("mkfs.ext4", "Debian: e2fsprogs"),
-]
-
-BOOT_TIMEOUT_S = 600
-# The self-test runs llama.cpp on the CPU under TCG when it has it: minutes.
-SELFTEST_TIMEOUT_S = 1500
-LLAMA = os.environ.get("ROCKY_LLAMA_INSTALL_DIR")
-needs_llama = pytest.mark.skipif(
-    not LLAMA, reason="set ROCKY_LLAMA_INSTALL_DIR: llama.cpp's install tree (.ci/llama.sh)"
+from tests.helpers.serve import TEXT_ONLY
+from tests.helpers.vm import (
+    BOOT_TIMEOUT_S,
+    MARKS,
+    SELFTEST_TIMEOUT_S,
+    boot,
+    build_disk,
+    needs_llama,
 )
 
-
-class Guest:
-    def __init__(self, vm, key: Path) -> None:
-        self.vm = vm
-        self.key = key
-
-    def ssh_argv(self, *extra: str) -> list[str]:
-        return [
-            "ssh", "-i", str(self.key), "-p", str(self.vm.ports["ssh"]),
-            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=20",
-            *extra,
-        ]  # fmt: skip
-
-    def run(self, command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*self.ssh_argv(), "rocky@127.0.0.1", command],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def out(self, command: str, timeout: float = 120) -> str:
-        proc = self.run(command, timeout)
-        assert proc.returncode == 0, f"{command}: {proc.returncode} {proc.stderr}"
-        return proc.stdout
-
-    def wait(self, command: str, timeout: float, what: str) -> str:
-        """Until `command` succeeds in the guest; its output."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            proc = self.run(command)
-            if proc.returncode == 0:
-                return proc.stdout
-            time.sleep(5)
-        raise AssertionError(f"{what} not within {timeout} s\n{self.vm.tail()}")
+pytestmark = MARKS
 
 
 @pytest.fixture(scope="module")
 def guest(tmp_path_factory):
-    from rocky_vulkan.vm import qemu
-
-    work = tmp_path_factory.mktemp("vm")
-    key = work / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    build = [
-        sys.executable, "-m", "rocky_vulkan.cli", "-c", str(ROOT / "rocky-vulkan.yaml"),
-        "vm", "build",
-        "--out", str(work / "disk"), "--ssh-key", f"{key}.pub",
-    ]  # fmt: skip
-    if LLAMA:
-        build += ["--llama-tree", str(Path(LLAMA) / "root")]
-    subprocess.run(build, check=True, timeout=1800)
-    vm = qemu.boot(work / "disk")
+    disk, key = build_disk(tmp_path_factory.mktemp("vm"))
+    guest = boot(disk, key)
     try:
-        vm.wait_port("ssh", BOOT_TIMEOUT_S)
-        yield Guest(vm, key)
+        yield guest
     finally:
-        vm.stop()
-        print(vm.tail(60))
+        guest.vm.stop()
+        print(guest.vm.tail(60))
 
 
 def test_systemd_is_pid_1_and_boots_to_multi_user(guest):
@@ -145,7 +90,8 @@ def test_keys_unit_makes_the_key_and_certificate(guest):
     listing = guest.out("stat -c '%n %U %G %a' /var/lib/rocky-llm-keys/*")
     lines = dict(line.split(" ", 1) for line in listing.splitlines())
     assert lines["/var/lib/rocky-llm-keys/api-key"] == "root rocky 640"
-    assert lines["/var/lib/rocky-llm-keys/tls.key"] == "root root 600"
+    owner, _, mode = lines["/var/lib/rocky-llm-keys/tls.key"].split()
+    assert (owner, mode) == ("root", "600")  # root's alone, whatever its group
     cert = guest.out("cat /var/lib/rocky-llm-keys/tls.crt")
     assert cert.startswith("-----BEGIN CERTIFICATE-----")
 
@@ -220,8 +166,15 @@ def test_openai_and_ollama_clients_answer_over_tls_pinned_to_the_guest(guest):
         max_retries=2,
         timeout=600,
     ) as client:
+        # The test model's lone byte tokens make b9101's chat parser answer 500 (a real
+        # model emits whole characters): banned, as tests/serve/ ban them.
         out = client.chat.completions.create(
-            model="reference", messages=PROMPT, max_tokens=4, temperature=0, seed=7
+            model="reference",
+            messages=PROMPT,
+            max_tokens=4,
+            temperature=0,
+            seed=7,
+            logit_bias=TEXT_ONLY,
         )
     assert out.choices[0].message.role == "assistant" and out.usage.completion_tokens > 0
     ol = ollama.Client(
@@ -230,8 +183,15 @@ def test_openai_and_ollama_clients_answer_over_tls_pinned_to_the_guest(guest):
         verify=ctx,
         timeout=600,
     )
-    chat = ol.chat("reference", messages=PROMPT, options={"temperature": 0, "num_predict": 4})
-    assert chat.done and chat.eval_count > 0
+    # Raw generation: /v1/completions, no chat parser to trip on the test model's bytes.
+    once = ol.generate(
+        "reference",
+        prompt="Once upon",
+        raw=True,
+        options={"temperature": 0, "seed": 7, "num_predict": 4},
+    )
+    assert once.done and once.eval_count > 0
+    assert [m.model for m in ol.list().models] == ["reference:latest"]
     # Pinned means pinned: the system's CAs do not know the guest's certificate.
     with pytest.raises(openai.APIConnectionError):
         with openai.OpenAI(
@@ -256,7 +216,7 @@ def test_board_command_reports_the_result_and_the_served_fingerprint(guest, tmp_
         [sys.executable, "-m", "rocky_vulkan.cli", "-c", str(ROOT / "rocky-vulkan.yaml"),
          "board", "rocky@127.0.0.1", "--ssh-port", str(guest.vm.ports["ssh"]),
          "--ssh-config", str(config), "--api-port", str(guest.vm.ports["openai"])],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     said = proc.stdout + proc.stderr
     assert "FAIL" in said, said  # the guest's honest verdict, reported
@@ -266,11 +226,58 @@ def test_board_command_reports_the_result_and_the_served_fingerprint(guest, tmp_
 
 
 @needs_llama
-def test_every_unit_runs_and_nothing_failed(guest):
+def test_every_unit_runs_and_only_the_honest_selftest_failed(guest):
+    """The one failed unit is the self-test, because its verdict is FAIL (no panthor here): a
+    board whose self-test fails says so in `systemctl --failed` and is-system-running."""
+    result = _result(guest)
+    _served(guest)
+    for unit in ("rocky-llm.service", "rocky-llm-ollama.service", "rocky-llm-retune.path",
+                 "rocky-llm-keys.service"):  # fmt: skip
+        assert guest.out(f"systemctl is-active {unit}").strip() == "active", unit
+    failed = guest.out("systemctl --failed --no-legend --plain").split()
+    assert [u for u in failed if u.endswith((".service", ".path", ".socket"))] == [
+        "rocky-selftest.service"
+    ], failed
+    assert result["verdict"] == "FAIL"
+    assert guest.run("systemctl is-system-running").stdout.strip() == "degraded"
+
+
+# Measured here (2 vCPUs under TCG on a 2-core host, docs/verification/vm.md): the second
+# boot's API answered 52 s after qemu started. The bound leaves 4x for a slower CI machine.
+REBOOT_API_BOUND_S = 240
+
+
+@needs_llama
+def test_reboot_keeps_keys_and_verdict_and_serves_within_a_bound(guest):
+    """Last in this module: it powers the guest off and boots the same disk again."""
+    from rocky_vulkan.vm import qemu
+
     _result(guest)
     _served(guest)
-    for unit in ("rocky-llm.service", "rocky-llm-ollama.service", "rocky-llm-retune.path"):
-        assert guest.out(f"systemctl is-active {unit}").strip() == "active", unit
-    failed = guest.out("systemctl --failed --no-legend --plain")
-    assert failed.strip() == "", failed
-    assert guest.out("systemctl is-system-running").strip() == "running"
+    state = "sha256sum /var/lib/rocky-llm-keys/* /var/lib/rocky-selftest/result.json"
+    before = guest.out(f"sudo {state}")
+    guest.run("sudo systemctl poweroff")
+    guest.vm.proc.wait(180)
+    t0 = time.monotonic()
+    guest.vm = qemu.boot(guest.vm.out, snapshot=False)
+    guest.vm.wait_port("ssh", BOOT_TIMEOUT_S)
+    key, ctx, _ = _served(guest)
+    while True:
+        try:
+            req = urllib.request.Request(
+                f"https://127.0.0.1:{guest.vm.ports['openai']}/v1/models",
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            with urllib.request.urlopen(req, context=ctx, timeout=30) as res:
+                if res.status == 200:
+                    break
+        except OSError:
+            pass
+        assert time.monotonic() - t0 < REBOOT_API_BOUND_S, guest.vm.tail()
+        time.sleep(2)
+    answered = time.monotonic() - t0
+    print(f"second boot: the OpenAI API answered {answered:.0f} s after qemu started")
+    assert guest.out(f"sudo {state}") == before  # same keys, the first boot's verdict
+    # The self-test's unit did not run again: its condition (the stamp) stopped it.
+    ran = guest.out("systemctl show -P ExecMainStartTimestampMonotonic rocky-selftest.service")
+    assert ran.strip() == "0"

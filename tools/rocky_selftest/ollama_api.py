@@ -20,6 +20,7 @@ import hmac
 import http.client
 import json
 import os
+import re
 import ssl
 import sys
 import threading
@@ -98,14 +99,46 @@ def model_name(value: str) -> str:
         raise ApiError(404, f"model {clean_line(value, 80)!r} not found") from None
 
 
-def details(model: Model) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Ollama's `details` and `model_info` from the GGUF header (bounded reads)."""
-    wanted = {"general.architecture", "general.file_type", "general.size_label"}
+TEMPLATE_KEY = "tokenizer.chat_template"
+
+
+def capabilities(meta: dict[str, Any]) -> list[str]:
+    """Ollama's capabilities from the GGUF's own keys: an embedding model (a pooling type) only
+    embeds; a chat template that takes `tools` offers tools, one that thinks offers thinking.
+    No vision: the store holds no mmproj."""
+    arch = meta.get("general.architecture")
+    if isinstance(arch, str) and isinstance(meta.get(f"{arch}.pooling_type"), int):
+        return ["embedding"]
+    found = ["completion"]
+    template = meta.get(TEMPLATE_KEY)
+    if isinstance(template, str):
+        if re.search(r"\btools\b", template):
+            found.append("tools")
+        if "<think>" in template or "enable_thinking" in template:
+            found.append("thinking")
+    return found
+
+
+def metadata(model: Model) -> dict[str, Any]:
+    """The GGUF keys /api/show and /api/tags read (bounded reads; {} for an unreadable file)."""
+    wanted = {"general.architecture", "general.file_type", "general.size_label", TEMPLATE_KEY}
     try:
         meta = read_metadata(model.path, wanted)
+        arch = meta.get("general.architecture")
+        if isinstance(arch, str):
+            meta.update(read_metadata(model.path, {f"{arch}.pooling_type"}))
+    except (OSError, GgufError):
+        return {}
+    return meta
+
+
+def details(model: Model, meta: dict[str, Any] | None = None) -> tuple[dict, dict]:
+    """Ollama's `details` and `model_info` from the GGUF header (bounded reads)."""
+    meta = metadata(model) if meta is None else meta
+    try:
         shape = model_shape(model.path)
     except (OSError, GgufError):
-        meta, shape = {}, None
+        shape = None
     arch = meta.get("general.architecture")
     arch = arch if isinstance(arch, str) else ""
     size = meta.get("general.size_label")
@@ -162,6 +195,28 @@ def checked(body: Any, endpoint: str) -> dict[str, Any]:
     return body
 
 
+# Ollama's OpenAI-compatible endpoints on its own port, relayed to the router's.
+OPENAI_ROUTES = (
+    ("GET", "/v1/models"),
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/completions"),
+    ("POST", "/v1/embeddings"),
+)
+# What the router's answers are; anything else is relayed as JSON (never as markup).
+RELAYED_TYPES = ("application/json", "application/json; charset=utf-8", "text/event-stream")
+
+
+def _unloads(keep_alive: Any) -> bool:
+    """Whether Ollama's keep_alive means "unload now": 0 as a number or a duration ("0", "0s")."""
+    if isinstance(keep_alive, bool):
+        return False
+    if isinstance(keep_alive, (int, float)):
+        return keep_alive == 0
+    if isinstance(keep_alive, str):
+        return re.fullmatch(r"0+(\.0*)?(ms|s|m|h)?", keep_alive.strip()) is not None
+    return False
+
+
 def _options(opts: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if opts is None:
@@ -170,6 +225,8 @@ def _options(opts: Any) -> dict[str, Any]:
         raise ApiError(400, "options must be an object")
     for key, value in opts.items():
         target = OPTIONS.get(key)
+        if value is None:
+            continue  # Ollama skips nil options; LangChain's classes send every unset one as null
         if target is None:
             continue  # num_ctx, num_gpu, num_thread...: the board's measurements decide those
         if key == "stop":
@@ -395,6 +452,8 @@ class Handler(BaseHTTPRequestHandler):
             ("POST", "/api/pull"): self.pull,
             ("DELETE", "/api/delete"): self.delete,
         }
+        for route in OPENAI_ROUTES:
+            routes[route] = lambda route=route: self.openai(*route)
         handler = routes.get(("GET" if method == "HEAD" else method, path))
         if handler is None:
             self.close_connection = True
@@ -437,6 +496,38 @@ class Handler(BaseHTTPRequestHandler):
 
     # --- endpoints ------------------------------------------------------------------------------
 
+    def openai(self, method: str, path: str) -> None:
+        """Ollama serves its OpenAI-compatible API on its own port too: the router's, relayed
+        as it answers (streamed or not), with Ollama's model names (name:latest) accepted."""
+        body = self._body() if method == "POST" else None
+        if isinstance(body, dict) and isinstance(body.get("model"), str):
+            body["model"] = model_name(body["model"])
+        conn = self.server.api._conn(UPSTREAM_TIMEOUT_S)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            try:
+                conn.request(method, path, data, self.server.api._headers())
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as err:
+                why = f"the model server is not answering ({type(err).__name__})"
+                raise ApiError(500, why) from None
+            kind = resp.getheader("Content-Type") or ""
+            self.send_response(resp.status)
+            self.send_header("Content-Type", kind if kind in RELAYED_TYPES else "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self._streaming, total = True, 0
+            while chunk := resp.read1(65536):
+                total += len(chunk)
+                if total > MAX_STREAM:
+                    self.close_connection = True  # cut off: the client sees a broken stream
+                    return
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.flush()
+            self._end_stream()
+        finally:
+            conn.close()
+
     def _model(self, body: dict[str, Any]) -> Model:
         ref = body.get("model") or body.get("name")
         if not isinstance(ref, str) or not ref:
@@ -470,15 +561,17 @@ class Handler(BaseHTTPRequestHandler):
     def show(self) -> None:
         body = checked(self._body(), "show")
         model = self._model(body)
-        det, info = details(model)
+        meta = metadata(model)
+        det, info = details(model, meta)
+        template = meta.get(TEMPLATE_KEY)
         self._send(200, {
             "license": model.license,
             "modelfile": f"# served by rocky-llm\nFROM {model.name}\n",
             "parameters": "",
-            "template": "",
+            "template": template if isinstance(template, str) else "",
             "details": det,
             "model_info": info,
-            "capabilities": ["completion"],
+            "capabilities": capabilities(meta),
             "modified_at": _modified(model),
         })  # fmt: skip
 
@@ -504,17 +597,31 @@ class Handler(BaseHTTPRequestHandler):
                 msgs = [{"role": "system", "content": body["system"]}] if body.get("system") else []
                 req["messages"] = msgs + [{"role": "user", "content": prompt}]
                 path = "/v1/chat/completions"
-            if not prompt:  # Ollama: an empty prompt loads the model and answers done
-                self._load(model.name)
+            if not prompt:  # Ollama: an empty prompt loads (keep_alive 0: unloads) the model
+                reason = self._load_or_unload(model.name, body.get("keep_alive"))
                 self._send(200, {"model": body["model"], "created_at": _now(), "response": "",
-                                 "done": True, "done_reason": "load"})  # fmt: skip
+                                 "done": True, "done_reason": reason})  # fmt: skip
                 return
         if endpoint == "chat" and not req["messages"]:
+            reason = self._load_or_unload(model.name, body.get("keep_alive"))
             self._send(200, {"model": body["model"], "created_at": _now(),
                              "message": {"role": "assistant", "content": ""}, "done": True,
-                             "done_reason": "load"})  # fmt: skip
+                             "done_reason": reason})  # fmt: skip
             return
         self._relay(endpoint, body["model"], path, req, stream)
+
+    def _load_or_unload(self, name: str, keep_alive: Any) -> str:
+        """Ollama's empty request: keep_alive 0 unloads the model (Open WebUI's unload button),
+        anything else loads it. Returns Ollama's done_reason."""
+        if not _unloads(keep_alive):
+            self._load(name)
+            return "load"
+        try:
+            self.server.api.json_call("POST", "/models/unload", {"model": name}, 120)
+        except ClientError as err:
+            if "not running" not in str(err) and "not loaded" not in str(err):
+                raise ApiError(500, f"the model server could not unload {name}: {err}") from None
+        return "unload"
 
     def _load(self, name: str) -> None:
         try:

@@ -121,9 +121,15 @@ def make_missing(key_dir: str, hostname: str, group_gid: int | None, tls: bool) 
         os.chown(key_dir, 0, group_gid)
         os.chmod(key_dir, 0o750)
     made = []
-    if not os.path.exists(_path(key_dir, paths.API_KEY_NAME)):
+    key_path = _path(key_dir, paths.API_KEY_NAME)
+    if not os.path.exists(key_path):
         write_api_key(key_dir, group_gid)
         made.append("API key")
+    elif group_gid is not None:  # a key whose group was taken away (an older unit) gets it back
+        if os.path.islink(key_path):
+            raise ServeKeyError(f"{key_path} is a symbolic link: remove it and run this again")
+        os.chown(key_path, 0, group_gid)
+        os.chmod(key_path, 0o640)
     cert_there = os.path.exists(_path(key_dir, paths.TLS_CERT_NAME))
     if tls and not (cert_there and os.path.exists(_path(key_dir, paths.TLS_KEY_NAME))):
         make_certificate(key_dir, hostname)

@@ -31,6 +31,9 @@ DIFFERENCES = (
      "panvk: the self-test must say FAIL, and the server must fall back to the CPU"),
     ("model", "the test model (`rocky-vulkan testmodel`), not the config's; config.json's "
      "model_sha256 is set to its checksum"),
+    ("workload", "the self-test's measurement sizes scaled for a CPU under TCG "
+     "(assemble.VM_WORKLOAD: 2 micro-batch sizes, 64-token prompts, 1 repetition); the served "
+     "settings are the config's"),
     ("kernel", "Debian's linux-image-amd64 with its initramfs, booted by qemu -kernel, not "
      "U-Boot + the BSP's kernel"),
     ("package manager", "files installed from the recipes' trees, no opkg/rpm database"),

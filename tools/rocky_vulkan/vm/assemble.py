@@ -31,7 +31,7 @@ POSTPROCESS = ("rocky_image_identity", "rocky_image_sshd", "rocky_image_network"
 # Debian's own services the image has from oe-core (systemd-conf, openssh's socket or service).
 SYSTEM_UNITS = ("systemd-networkd.service", "systemd-resolved.service", "ssh.service")
 CONFIG = "/etc/rocky-selftest/config.json"
-DISK_BYTES = 3 << 30
+DISK_SIZE = "3G"  # mkfs.ext4 reads a bare number as blocks, not bytes
 
 
 @dataclass(frozen=True)
@@ -119,8 +119,20 @@ def image_userspace(root: Path, inputs: Inputs) -> None:
         trees.run_script(script, cwd=root)
 
 
+# The self-test's measurement sizes, scaled for a CPU under TCG (the board's take hours there);
+# the served settings (context, slots, port) stay the config's.
+VM_WORKLOAD = {
+    "ubatch_sizes": [64, 128],
+    "prompt_tokens": 64,
+    "repetitions": 1,
+    "serve_request_prompt_tokens": 128,
+    "serve_request_generated_tokens": 16,
+}
+
+
 def place_model(root: Path, model: Path) -> None:
-    """The test model where config.json points, and config.json's checksum made its."""
+    """The test model where config.json points, config.json's checksum made its, and the
+    self-test's workload scaled (VM_WORKLOAD)."""
     config_path = root / CONFIG.lstrip("/")
     config = json.loads(config_path.read_text())
     target = root / config["model_path"].lstrip("/")
@@ -128,6 +140,7 @@ def place_model(root: Path, model: Path) -> None:
     shutil.copyfile(model, target)
     target.chmod(0o644)
     config["model_sha256"] = hashlib.sha256(model.read_bytes()).hexdigest()
+    config.update(VM_WORKLOAD)
     config_path.write_text(json.dumps(config, indent=2) + "\n")
 
 
@@ -147,7 +160,7 @@ def make_disk(root: Path, disk: Path) -> None:
     tmp = disk.with_name(disk.name + ".tmp")
     tmp.unlink(missing_ok=True)
     proc = subprocess.run(
-        ["mkfs.ext4", "-q", "-F", "-L", "rocky-root", "-d", str(root), str(tmp), str(DISK_BYTES)],
+        ["mkfs.ext4", "-q", "-F", "-L", "rocky-root", "-d", str(root), str(tmp), DISK_SIZE],
         capture_output=True, text=True,
     )  # fmt: skip
     if proc.returncode != 0:

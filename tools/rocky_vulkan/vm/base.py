@@ -22,11 +22,15 @@ STAMP = ".rocky-vm-base.json"
 # What the image's packages need at run time, as Debian names them: init and the kernel,
 # sshd, networkd + resolved, python3 for the board's tools, openssl-bin for the keys,
 # vulkan-tools for the self-test's device check, llama.cpp's shared libraries (libvulkan1,
-# libgomp1, libssl3t64), sudo for the image's sudo rule.
+# libgomp1, libssl3t64), sudo for the image's sudo rule. oe-core's systemd (259) builds
+# nss-myhostname and nss-resolve by default and adds them to nsswitch.conf: Debian's
+# libnss-myhostname and libnss-resolve do the same.
 PACKAGES = (
     "systemd",
     "systemd-sysv",
     "systemd-resolved",
+    "libnss-myhostname",
+    "libnss-resolve",
     "udev",
     "kmod",
     "dbus",

@@ -87,6 +87,8 @@ class Vm:
         while time.monotonic() < end:
             if self.proc.poll() is not None:
                 raise UserError(f"the VM stopped (exit {self.proc.returncode}):\n{self.tail()}")
+            if self.accel == "kvm" and KVM_FAILED in self.qemu_said():
+                raise UserError(f"KVM stopped the guest:\n{self.qemu_said()[-2000:]}")
             try:
                 with socket.create_connection(("127.0.0.1", self.ports[name]), timeout=5) as s:
                     s.settimeout(5)
@@ -97,6 +99,12 @@ class Vm:
             time.sleep(2)
         late = f"the guest's {name} port did not answer in {timeout:.0f} s"
         raise UserError(f"{late}:\n{self.tail()}")
+
+    def qemu_said(self) -> str:
+        try:
+            return (self.out / "qemu.log").read_text(errors="replace")
+        except OSError:
+            return ""
 
     def tail(self, n: int = 40) -> str:
         return "\n".join(self.console().splitlines()[-n:])
@@ -112,30 +120,47 @@ class Vm:
         return self.proc.returncode
 
 
-def boot(out: Path, snapshot: bool = True) -> Vm:
-    """Start the guest of out/ (disk.img, vmlinuz, initrd.img); with snapshot, nothing it
-    writes reaches disk.img, so every boot is a first boot."""
+# Set once KVM failed to bring a guest up in this process: later boots go straight to TCG.
+_kvm_broken: list[str] = []
+
+
+def boot(out: Path, snapshot: bool = True, ready_timeout: float = 600) -> Vm:
+    """Start the guest of out/ (disk.img, vmlinuz, initrd.img) and wait for its SSH; with
+    snapshot, nothing it writes reaches disk.img, so every boot is a first boot. KVM is used
+    only when it brings the guest up: under nested KVM the guest may stop with "KVM internal
+    error" or oops in the kernel ("Oops: int3", seen here); then it is booted again under TCG."""
     for name in ("disk.img", "vmlinuz", "initrd.img"):
         if not (out / name).is_file():
             raise UserError(f"{out / name} missing: run `rocky-vulkan vm build` first")
     # ROCKY_VM_ACCEL=tcg skips the KVM try (it costs a minute where KVM cannot run the guest).
-    kvm = kvm_usable() and os.environ.get("ROCKY_VM_ACCEL") != "tcg"
-    tries = ["kvm", "tcg"] if kvm else ["tcg"]
-    for accel in tries:
-        ports = {name: free_port() for name in GUEST_PORTS}
-        (out / "console.log").unlink(missing_ok=True)
-        argv = command(out, ports, accel, snapshot)
-        with open(out / "qemu.log", "w") as qemu_log:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=qemu_log, stderr=subprocess.STDOUT
-            )
-        vm = Vm(out, ports, accel, proc)
-        if accel == "kvm" and _kvm_failed(vm):
+    kvm = kvm_usable() and os.environ.get("ROCKY_VM_ACCEL") != "tcg" and not _kvm_broken
+    for accel in ["kvm", "tcg"] if kvm else ["tcg"]:
+        vm = _start(out, accel, snapshot)
+        if accel == "tcg":
+            vm.wait_port("ssh", ready_timeout)
+            return vm
+        try:
+            if _kvm_failed(vm):
+                raise UserError("KVM stopped the guest:\n" + vm.qemu_said()[-2000:])
+            vm.wait_port("ssh", ready_timeout)
+            return vm
+        except UserError as err:
+            vm.stop(10)
+            _kvm_broken.append(str(err)[-2000:])
             say("KVM cannot run this guest here: booting again under TCG")
-            continue
-        say(f"booting under {accel}: ports {ports}, console {vm.log}")
-        return vm
     raise UserError("qemu-system-x86_64 could not start the guest")
+
+
+def _start(out: Path, accel: str, snapshot: bool) -> Vm:
+    ports = {name: free_port() for name in GUEST_PORTS}
+    (out / "console.log").unlink(missing_ok=True)
+    with open(out / "qemu.log", "w") as qemu_log:
+        proc = subprocess.Popen(
+            command(out, ports, accel, snapshot), stdin=subprocess.DEVNULL, stdout=qemu_log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    say(f"booting under {accel}: ports {ports}, console {out / 'console.log'}")
+    return Vm(out, ports, accel, proc)
 
 
 def _kvm_failed(vm: Vm, watch_s: float = 90) -> bool:
@@ -143,10 +168,7 @@ def _kvm_failed(vm: Vm, watch_s: float = 90) -> bool:
     error in qemu.log before the guest's init runs. Such a guest is killed."""
     end = time.monotonic() + watch_s
     while time.monotonic() < end:
-        try:
-            said = (vm.out / "qemu.log").read_text(errors="replace")
-        except OSError:
-            said = ""
+        said = vm.qemu_said()
         if KVM_FAILED in said or "failed to set MSR" in said or vm.proc.poll() is not None:
             vm.stop(10)
             return True
