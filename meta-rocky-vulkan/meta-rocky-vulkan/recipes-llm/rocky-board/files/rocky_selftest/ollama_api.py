@@ -195,6 +195,7 @@ def checked(body: Any, endpoint: str) -> dict[str, Any]:
     return body
 
 
+LOAD_TIMEOUT_S = 600  # a 3B model from microSD on the board: well under this
 # Ollama's OpenAI-compatible endpoints on its own port, relayed to the router's.
 OPENAI_ROUTES = (
     ("GET", "/v1/models"),
@@ -541,17 +542,22 @@ class Handler(BaseHTTPRequestHandler):
     def tags(self) -> None:
         self._send(200, {"models": [tag(m) for m in self.server.store().models()]})
 
-    def ps(self) -> None:
+    def _states(self) -> dict[str, str]:
+        """Each of the router's models and its state (b9101: loaded, loading, unloaded...)."""
         try:
             listed = self.server.api.json_call("GET", "/models", None, 30)
         except Exception:  # noqa: BLE001 - any failure: nothing known to be loaded
-            listed = {}
-        loaded = {
-            m.get("id")
-            for m in listed.get("data", [])
-            if isinstance(m, dict) and isinstance(m.get("status"), dict)
-            and m["status"].get("value") == "loaded"
-        } if isinstance(listed, dict) else set()  # fmt: skip
+            return {}
+        data = listed.get("data") if isinstance(listed, dict) else None
+        return {
+            m["id"]: m["status"]["value"]
+            for m in data or []
+            if isinstance(m, dict) and isinstance(m.get("id"), str)
+            and isinstance(m.get("status"), dict) and isinstance(m["status"].get("value"), str)
+        }  # fmt: skip
+
+    def ps(self) -> None:
+        loaded = {name for name, state in self._states().items() if state == "loaded"}
         out = []
         for m in self.server.store().models():
             if m.name in loaded:
@@ -624,11 +630,18 @@ class Handler(BaseHTTPRequestHandler):
         return "unload"
 
     def _load(self, name: str) -> None:
+        """Load and return once it is loaded, as Ollama answers an empty request (b9101's
+        /models/load answers while the child still starts)."""
         try:
             self.server.api.json_call("POST", "/models/load", {"model": name}, 600)
         except ClientError as err:
             if "already running" not in str(err):  # b9101's 400 for a loaded model
                 raise ApiError(500, f"the model server could not load {name}: {err}") from None
+        end = time.monotonic() + LOAD_TIMEOUT_S
+        while (state := self._states().get(name)) != "loaded":
+            if state == "failed" or time.monotonic() > end:
+                raise ApiError(500, f"the model server could not load {name} (state: {state})")
+            time.sleep(0.25)
 
     def _relay(
         self, endpoint: str, shown: str, path: str, req: dict[str, Any], stream: bool

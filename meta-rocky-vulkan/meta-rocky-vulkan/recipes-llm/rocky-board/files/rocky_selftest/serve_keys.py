@@ -126,8 +126,10 @@ def make_missing(key_dir: str, hostname: str, group_gid: int | None, tls: bool) 
         write_api_key(key_dir, group_gid)
         made.append("API key")
     elif group_gid is not None:  # a key whose group was taken away (an older unit) gets it back
-        os.chown(key_path, 0, group_gid, follow_symlinks=False)
-        os.chmod(key_path, 0o640, follow_symlinks=False)
+        if os.path.islink(key_path):
+            raise ServeKeyError(f"{key_path} is a symbolic link: remove it and run this again")
+        os.chown(key_path, 0, group_gid)
+        os.chmod(key_path, 0o640)
     cert_there = os.path.exists(_path(key_dir, paths.TLS_CERT_NAME))
     if tls and not (cert_there and os.path.exists(_path(key_dir, paths.TLS_KEY_NAME))):
         make_certificate(key_dir, hostname)
