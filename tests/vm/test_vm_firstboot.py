@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import ssl
 import subprocess
 import sys
@@ -75,6 +76,21 @@ def test_ssh_takes_the_configs_key_and_refuses_a_password(guest):
         [*guest.ssh_argv(), "root@127.0.0.1", "true"], capture_output=True, text=True, timeout=60
     )
     assert root.returncode == 255 and "Permission denied" in root.stderr
+
+
+# What a sandbox directive that the program cannot live with leaves in the journal.
+DENIALS = re.compile(
+    r"Permission denied|Operation not permitted|\bEPERM\b|\bEACCES\b"
+    r"|/(proc|sys)/\S*: No such file|No such file or directory: '/(proc|sys)/"
+)
+
+
+def test_no_sandbox_denial_in_our_units_journal(guest):
+    _result(guest)
+    journal = guest.out("sudo journalctl -b -o cat --no-pager -u 'rocky-*'")
+    assert journal.strip(), "nothing logged by our units"
+    denied = [line for line in journal.splitlines() if DENIALS.search(line)]
+    assert not denied, "\n".join(denied[:20])
 
 
 def test_groups_the_units_name_exist(guest):
@@ -223,6 +239,37 @@ def test_board_command_reports_the_result_and_the_served_fingerprint(guest, tmp_
     der = ssl.PEM_cert_to_DER_cert(cert.read_text())
     fingerprint = ":".join(f"{b:02X}" for b in hashlib.sha256(der).digest())
     assert fingerprint in said, said
+
+
+@needs_llama
+def test_tuner_says_why_it_did_not_tune_without_the_gpu(guest):
+    _result(guest)
+    guest.wait("systemctl show -P ActiveState rocky-selftest-tune.service | grep -qvx 'activating'",
+               600, "the tuner to end")  # fmt: skip
+    said = guest.out("sudo journalctl -b -o cat --no-pager -u rocky-selftest-tune.service")
+    assert "rocky-selftest-tune" in said or "tune" in said, said
+    assert re.search(r"GPU|gpu|Mali|self-test", said), said  # the reason names the missing GPU
+
+
+@needs_llama
+def test_a_new_tile_choice_restarts_the_server(guest):
+    """rocky-llm-retune.path: the tuner's tuned-tiles.env changed -> the server restarts."""
+    _result(guest)
+    _served(guest)
+
+    def started() -> int:
+        prop = "ExecMainStartTimestampMonotonic"
+        return int(guest.out(f"systemctl show -P {prop} rocky-llm.service").strip())
+
+    before = started()
+    guest.out(
+        "sudo sh -c 'echo \"# touched by the VM test\" >> /var/lib/rocky-selftest/tuned-tiles.env'"
+    )
+    end = time.monotonic() + 120
+    while started() == before:
+        assert time.monotonic() < end, "rocky-llm was not restarted"
+        time.sleep(2)
+    guest.vm.wait_port("openai", 300)
 
 
 @needs_llama

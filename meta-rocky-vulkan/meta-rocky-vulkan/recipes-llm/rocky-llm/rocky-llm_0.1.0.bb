@@ -28,6 +28,7 @@ SRC_URI = "\
     file://rocky-rpc.service \
     file://rocky-cluster-watch.service \
     file://rocky-llm.dnssd \
+    file://rocky-llm.tmpfiles \
 "
 
 S = "${UNPACKDIR}"
@@ -60,6 +61,7 @@ do_install() {
     install -D -m 0644 ${S}/rocky-llm.sh ${D}${sysconfdir}/profile.d/rocky-llm.sh
     # DNS-SD: systemd-resolved advertises the API on the LAN as _https._tcp.
     install -D -m 0644 ${S}/rocky-llm.dnssd ${D}${sysconfdir}/systemd/dnssd/rocky-llm.dnssd
+    install -D -m 0644 ${S}/rocky-llm.tmpfiles ${D}${nonarch_libdir}/tmpfiles.d/rocky-llm.conf
 }
 
 FILES:${PN}-cluster += "\
@@ -67,7 +69,7 @@ FILES:${PN}-cluster += "\
     ${systemd_system_unitdir}/rocky-rpc.service \
     ${systemd_system_unitdir}/rocky-cluster-watch.service \
 "
-FILES:${PN} += "${systemd_system_unitdir}"
+FILES:${PN} += "${systemd_system_unitdir} ${nonarch_libdir}/tmpfiles.d"
 
 # openssl-bin makes the board's certificate; the wrapper runs python3 (python3-core).
 RDEPENDS:${PN} = "\
