@@ -77,14 +77,19 @@ def raw(served, method: str, path: str, body: dict | None = None, key: str | Non
         )
 
 
-def openai_chat(served, max_tokens: int, model: str = "reference") -> str:
+def openai_client(served, port: int, key: str | None = None) -> openai.OpenAI:
+    """The official client on `port` (the router's, or the Ollama proxy's), pinned."""
     server = served[0]
-    with openai.OpenAI(
-        base_url=f"https://127.0.0.1:{server.port}/v1",
-        api_key=server.api_key,
+    return openai.OpenAI(
+        base_url=f"https://127.0.0.1:{port}/v1",
+        api_key=server.api_key if key is None else key,
         http_client=openai.DefaultHttpxClient(verify=server.ctx),
         max_retries=0,
-    ) as c:
+    )
+
+
+def openai_chat(served, max_tokens: int, model: str = "reference") -> str:
+    with openai_client(served, served[0].port) as c:
         out = c.chat.completions.create(
             model=model, messages=PROMPT, max_tokens=max_tokens, temperature=0, seed=7
         )
@@ -258,13 +263,8 @@ def test_a_hostile_file_behind_a_right_sha256_is_refused(client, served, tmp_pat
 
 def test_the_openai_api_answers_on_the_ollama_port_too(served):
     """Ollama serves /v1 on 11434; clients pointed there (LangChain's ChatOpenAI, Continue)."""
-    server, proxy, _, _ = served
-    with openai.OpenAI(
-        base_url=f"https://127.0.0.1:{proxy.port}/v1",
-        api_key=server.api_key,
-        http_client=openai.DefaultHttpxClient(verify=server.ctx),
-        max_retries=0,
-    ) as c:
+    _, proxy, _, _ = served
+    with openai_client(served, proxy.port) as c:
         assert "reference" in [m.id for m in c.models.list()]
         once = c.chat.completions.create(
             model="reference:latest", messages=PROMPT, max_tokens=4, temperature=0, seed=7
@@ -275,11 +275,6 @@ def test_the_openai_api_answers_on_the_ollama_port_too(served):
         )
         streamed = "".join(p.choices[0].delta.content or "" for p in pieces if p.choices)
         assert streamed == once.choices[0].message.content
-    with openai.OpenAI(
-        base_url=f"https://127.0.0.1:{proxy.port}/v1",
-        api_key="wrong",
-        http_client=openai.DefaultHttpxClient(verify=server.ctx),
-        max_retries=0,
-    ) as stranger:
+    with openai_client(served, proxy.port, key="wrong") as stranger:
         with pytest.raises(openai.AuthenticationError):
             stranger.models.list()
