@@ -11,6 +11,7 @@ that a script drives (tests/helpers/fetch_server.py).
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 
 import httpx
@@ -278,3 +279,17 @@ def test_the_openai_api_answers_on_the_ollama_port_too(served):
     with openai_client(served, proxy.port, key="wrong") as stranger:
         with pytest.raises(openai.AuthenticationError):
             stranger.models.list()
+
+
+def test_plain_http_on_the_tls_port_is_told_to_use_https(served):
+    """Ollama's default address is http://host:11434: such a client gets a readable answer."""
+    _, proxy, _, _ = served
+    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+    try:
+        conn.request("GET", "/api/tags")
+        res = conn.getresponse()
+        assert res.status == 400
+        assert "HTTPS only" in json.loads(res.read())["error"]
+    finally:
+        conn.close()
+    assert raw(served, "GET", "/api/version").status_code == 200  # TLS clients still served

@@ -21,6 +21,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import ssl
 import sys
 import threading
@@ -772,6 +773,26 @@ def _merge_calls(deltas: list[Any]) -> list[dict[str, Any]]:
     return [calls[i] for i in sorted(calls)]
 
 
+# A client that speaks plain HTTP to the TLS port (Ollama's default is http://host:11434) gets
+# an answer it can show, instead of a connection closed without a word.
+_PLAIN_BODY = (
+    json.dumps({"error": "this port speaks HTTPS only: use https:// and the board's certificate "
+                "(`rocky-llm info` on the board shows both)"}) + "\n"
+).encode()  # fmt: skip
+PLAIN_HTTP_ANSWER = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    + f"Content-Length: {len(_PLAIN_BODY)}\r\n\r\n".encode()
+    + _PLAIN_BODY
+)
+HTTP_METHODS = (b"GET ", b"POST", b"HEAD", b"PUT ", b"DELE", b"OPTI", b"PATC")
+
+
+def _plain_http(sock: Any) -> bool:
+    """Whether the first bytes are an HTTP request line rather than a TLS ClientHello."""
+    first = sock.recv(4, socket.MSG_PEEK)
+    return first in HTTP_METHODS
+
+
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -801,16 +822,16 @@ class Server(ThreadingHTTPServer):
     def get_request(self):
         sock, addr = super().get_request()
         sock.settimeout(CLIENT_TIMEOUT_S)
-        if self.tls is not None:
-            # The handshake happens in the request's thread (do_handshake_on_connect), so a
-            # slow client cannot hold up the others.
-            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         return sock, addr
 
     def finish_request(self, request, client_address) -> None:
+        # TLS is set up in the request's thread, so a slow client cannot hold up the others.
         if self.tls is not None:
             try:
-                request.do_handshake()
+                if _plain_http(request):
+                    request.sendall(PLAIN_HTTP_ANSWER)
+                    return
+                request = self.tls.wrap_socket(request, server_side=True)
             except (ssl.SSLError, OSError):
                 return
         super().finish_request(request, client_address)
