@@ -107,7 +107,7 @@ def image_userspace(root: Path, inputs: Inputs) -> None:
     """The image's login user (EXTRA_USERS_PARAMS) and its rootfs post-process functions."""
     path = inputs.project / IMAGE_RECIPE
     overrides = {"IMAGE_ROOTFS": str(root), "ROCKY_HOSTNAME": inputs.hostname}
-    _, store = trees.load_store(path, oerules.load(), overrides)
+    _, store = _store(path, overrides)
     for command in filter(None, (c.strip() for c in store.get("EXTRA_USERS_PARAMS").split(";"))):
         argv = shlex.split(command)
         if argv[0] == "passwd-expire":  # extrausers.bbclass's own: expire the password now
